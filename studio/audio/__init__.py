@@ -1,0 +1,1 @@
+"""Audio core: load, clean, export, denoise. numpy in, numpy out; no Qt, no torch."""

@@ -1,0 +1,1 @@
+"""Subcommands of the ``cosyvoice-studio`` command line, one module each."""

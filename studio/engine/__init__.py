@@ -1,0 +1,1 @@
+"""Engine process, protocol and Qt-free client. Never imports Qt."""

@@ -1,0 +1,1 @@
+"""Our CosyVoice2 runtime (PyTorch, vLLM). Never imports Qt."""
