@@ -1,17 +1,82 @@
-"""Start the Qt application and show the studio window."""
+"""Start the Qt application and show the studio window at once; the engine starts in the background.
+
+Logs ``studio ready: window shown in X s`` when the window is up (the packaging smoke test waits for it).
+Uncaught exceptions are logged and shown in a dialog instead of killing the studio.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
+import traceback
+from pathlib import Path
+
+log = logging.getLogger("studio.gui")
+READY_MESSAGE = "studio ready: window shown in"
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+
+
+def load_style() -> str:
+    """The studio's Qt style sheet (empty when the resources folder is not installed)."""
+    try:
+        return (RESOURCES / "studio.qss").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def install_excepthook(parent_getter) -> None:
+    """Errors reach the user: log the traceback and show it in a dialog."""
+    from PySide6.QtWidgets import QMessageBox
+
+    def hook(kind, value, tb) -> None:
+        text = "".join(traceback.format_exception(kind, value, tb))
+        log.error("unexpected error:\n%s", text)
+        box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error", f"{kind.__name__}: {value}",
+                          parent=parent_getter())
+        box.setDetailedText(text)
+        box.open()
+
+    sys.excepthook = hook
+
+
+def create_window(settings=None, bridge=None):
+    """Build the styled main window (no engine yet); the tests and run_studio share it."""
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from studio.gui.main_window import MainWindow
+    from studio.settings import load_settings
+
+    app = QApplication.instance()
+    if app is None:
+        raise RuntimeError("create a QApplication first")
+    app.setApplicationName("CosyVoice Studio")
+    app.setOrganizationName("cosyvoice-studio")
+    app.setDesktopFileName("cosyvoice-studio")
+    icon = RESOURCES / "icons" / "cosyvoice-studio.svg"
+    if icon.exists():
+        app.setWindowIcon(QIcon(str(icon)))
+    app.setStyleSheet(load_style())
+    return MainWindow(settings if settings is not None else load_settings(), bridge=bridge)
 
 
 def run_studio(argv: list[str] | None = None) -> int:
-    from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
+    """Entry of ``cosyvoice-studio`` without a subcommand: the window, then the engine."""
+    started = time.monotonic()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
-    window = QMainWindow()
-    window.setWindowTitle("CosyVoice Studio")
-    window.setCentralWidget(QLabel("CosyVoice Studio — the studio window is being built."))
-    window.resize(1100, 720)
+    app.setStyle("Fusion")
+    window = create_window()
+    install_excepthook(lambda: window)
     window.show()
+
+    def on_shown() -> None:  # runs once the event loop has put the window on screen
+        log.info("%s %.2f s", READY_MESSAGE, time.monotonic() - started)
+        window.start_engine()
+
+    QTimer.singleShot(0, on_shown)
     return app.exec()

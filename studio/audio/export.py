@@ -1,0 +1,256 @@
+"""Write takes and cleaned prompts to disk without ever losing or silently replacing audio.
+
+Files are written to a temporary file in the target folder, flushed to disk (fsync) and then renamed into
+place, so a crash, a full disk or a permission error leaves either the old state or the whole new file.
+Names are made safe (no path escapes, no reserved names) and existing files are never overwritten unless
+asked. Integer formats scale by full scale minus one (int16: x * 32767) and count the samples they clip.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import re
+import tempfile
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from studio.audio.errors import ExportError, OutputExistsError, UnsafeFileNameError
+from studio.audio.io import validate_samples
+
+TAKE_SAMPLE_RATE = 24000
+_WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
+_UNSAFE_CHARS = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]')
+_MAX_NAME_BYTES = 200
+
+
+class ExportFormat(enum.Enum):
+    """Formats a take can be exported in: (container, libsndfile subtype, suffix, full-scale integer)."""
+
+    WAV_INT16 = ("WAV", "PCM_16", ".wav", 32767)
+    WAV_FLOAT32 = ("WAV", "FLOAT", ".wav", None)
+    FLAC = ("FLAC", "PCM_24", ".flac", 8388607)
+
+    @property
+    def container(self) -> str:
+        return self.value[0]
+
+    @property
+    def subtype(self) -> str:
+        return self.value[1]
+
+    @property
+    def suffix(self) -> str:
+        return self.value[2]
+
+    @property
+    def full_scale(self) -> int | None:
+        return self.value[3]
+
+    @classmethod
+    def parse(cls, name: str) -> ExportFormat:
+        """Accept ``wav16``/``int16``, ``wav32f``/``float32`` and ``flac`` (any case)."""
+        aliases = {"wav": cls.WAV_INT16, "wav16": cls.WAV_INT16, "int16": cls.WAV_INT16, "wav_int16": cls.WAV_INT16,
+                   "wav32f": cls.WAV_FLOAT32, "float32": cls.WAV_FLOAT32, "wav_float32": cls.WAV_FLOAT32,
+                   "flac": cls.FLAC}  # fmt: skip
+        try:
+            return aliases[name.strip().lower()]
+        except KeyError:
+            raise ExportError(f"Unknown export format {name!r}; use wav16, wav32f or flac.") from None
+
+
+@dataclass
+class ExportResult:
+    """Where a take went, in which format, and what the user should know about it."""
+
+    path: Path
+    format: ExportFormat
+    sample_rate: int
+    clipped_samples: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def to_fixed_point(samples: np.ndarray, full_scale: int) -> tuple[np.ndarray, int]:
+    """Scale float samples by ``full_scale`` and round; values past full scale are clipped and counted."""
+    scaled = np.rint(np.asarray(samples, dtype=np.float64) * full_scale)
+    clipped = int(np.count_nonzero(np.abs(scaled) > full_scale))
+    np.clip(scaled, -full_scale, full_scale, out=scaled)
+    dtype = np.int16 if full_scale <= 32767 else np.int32
+    return scaled.astype(dtype), clipped
+
+
+def safe_filename(name: str, suffix: str) -> str:
+    """Turn a user-given take name into one file name in one folder, ending in ``suffix``.
+
+    Path parts ``.`` and ``..`` are dropped and separators become ``_``, as do characters Windows forbids;
+    leading dots and trailing dots or spaces are dropped; reserved device names (CON, NUL, COM1, ...) get a ``_`` prefix.
+    """
+    name = unicodedata.normalize("NFC", str(name))
+    if name.lower().endswith(suffix.lower()):
+        name = name[: -len(suffix)]
+    parts = [part for part in re.split(r"[/\\]", name) if part.strip(" .")]  # drops "", ".", ".." parts
+    name = _UNSAFE_CHARS.sub("_", "_".join(parts)).strip().strip(".").strip()
+    name = re.sub(r"_{2,}", "_", name) or "take"
+    if name.split(".")[0].upper() in _WINDOWS_RESERVED:
+        name = "_" + name
+    encoded = name.encode("utf-8")[:_MAX_NAME_BYTES]
+    name = encoded.decode("utf-8", errors="ignore").rstrip(" .") or "take"
+    return name + suffix
+
+
+def _os_error(exc: OSError, target: Path) -> ExportError:
+    folder = target.parent
+    if exc.errno == errno.ENOSPC or exc.errno == getattr(errno, "EDQUOT", -1):
+        return ExportError(
+            f"The disk holding {folder} is full: {target.name} was not saved. Free some space."
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return ExportError(f"No permission to write in {folder}: {target.name} was not saved.")
+    if exc.errno == errno.EROFS:
+        return ExportError(f"{folder} is on a read-only disk: {target.name} was not saved.")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return ExportError(f"The folder {folder} does not exist: {target.name} was not saved.")
+    return ExportError(f"Could not save {target.name} in {folder}: {exc.strerror or exc}.")
+
+
+def _fsync_folder(folder: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on folders; the file itself is already on disk
+    finally:
+        os.close(fd)
+
+
+def _place(temp: Path, target: Path, overwrite: bool) -> None:
+    """Move the finished temp file to ``target``; without ``overwrite`` a file appearing meanwhile wins."""
+    if overwrite:
+        os.replace(temp, target)
+        return
+    try:
+        os.link(temp, target)  # atomic and fails if target exists, even if it appeared after our check
+    except FileExistsError:
+        raise OutputExistsError(
+            f"{target.name} already exists in {target.parent}; it was not overwritten."
+        ) from None
+    except OSError:
+        if target.exists():  # no hard links here (FAT, some network disks): check, then rename
+            raise OutputExistsError(
+                f"{target.name} already exists in {target.parent}; it was not overwritten."
+            ) from None
+        os.replace(temp, target)
+        return
+    os.unlink(temp)
+
+
+def write_audio(
+    path: str | os.PathLike,
+    samples: np.ndarray,
+    sample_rate: int,
+    fmt: ExportFormat,
+    *,
+    overwrite: bool = False,
+) -> ExportResult:
+    """Atomically write mono float ``samples`` to ``path`` in ``fmt``; never leaves a partial file.
+
+    Raises OutputExistsError when ``path`` exists and ``overwrite`` is false, ExportError for disk or
+    permission failures, InvalidSamplesError for NaN/inf samples.
+    """
+    import soundfile as sf
+
+    target = Path(path)
+    samples = np.asarray(samples, dtype=np.float32)
+    if samples.ndim != 1:
+        raise ExportError(f"Expected mono samples (one dimension), got an array of shape {samples.shape}.")
+    validate_samples(samples, name="The take", allow_silent=True)
+    if target.exists() and not overwrite:
+        raise OutputExistsError(f"{target.name} already exists in {target.parent}; it was not overwritten.")
+    result = ExportResult(target, fmt, sample_rate)
+    if fmt.full_scale is None:
+        data = samples
+        over = int(np.count_nonzero(np.abs(samples) > 1.0))
+        if over:
+            result.warnings.append(f"{over} samples exceed full scale; kept as they are in the float file.")
+    else:
+        data, result.clipped_samples = to_fixed_point(samples, fmt.full_scale)
+        if fmt.subtype == "PCM_24":
+            data = data * np.int32(256)  # libsndfile takes the top 24 bits of int32 samples
+        if result.clipped_samples:
+            result.warnings.append(
+                f"{result.clipped_samples} samples were past full scale and were clipped in {target.name}."
+            )
+    temp: Path | None = None
+    try:
+        fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        temp = Path(temp_name)
+        with os.fdopen(fd, "w+b") as handle:
+            sf.write(handle, data, sample_rate, format=fmt.container, subtype=fmt.subtype)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _place(temp, target, overwrite)
+        temp = None
+        _fsync_folder(target.parent)
+    except ExportError:
+        raise
+    except OSError as exc:
+        raise _os_error(exc, target) from exc
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise ExportError(f"Could not encode {target.name} as {fmt.container} {fmt.subtype}: {exc}.") from exc
+    finally:
+        if temp is not None:
+            temp.unlink(missing_ok=True)
+    return result
+
+
+def unique_path(folder: Path, filename: str) -> Path:
+    """``folder/filename`` if free, else ``name (2).ext``, ``name (3).ext``, ..."""
+    candidate = folder / filename
+    stem, suffix = os.path.splitext(filename)
+    number = 2
+    while candidate.exists():
+        candidate = folder / f"{stem} ({number}){suffix}"
+        number += 1
+    return candidate
+
+
+def export_take(
+    samples: np.ndarray,
+    folder: str | os.PathLike,
+    name: str,
+    *,
+    fmt: ExportFormat | str = ExportFormat.WAV_INT16,
+    sample_rate: int = TAKE_SAMPLE_RATE,
+    on_conflict: str = "unique",
+) -> ExportResult:
+    """Export a take into ``folder`` under a safe version of ``name``.
+
+    ``on_conflict`` says what happens when the file exists: ``"unique"`` (default) picks ``name (2)``,
+    ``"error"`` raises OutputExistsError, ``"overwrite"`` replaces it atomically.
+    """
+    if isinstance(fmt, str):
+        fmt = ExportFormat.parse(fmt)
+    if on_conflict not in ("unique", "error", "overwrite"):
+        raise ValueError(f"on_conflict must be 'unique', 'error' or 'overwrite', not {on_conflict!r}")
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ExportError(f"The folder {folder} does not exist: the take was not saved.")
+    filename = safe_filename(name, fmt.suffix)
+    target = folder / filename
+    if target.resolve().parent != folder.resolve():
+        raise UnsafeFileNameError(f"The name {name!r} would save outside {folder}; choose another name.")
+    for _attempt in range(100):
+        if on_conflict == "unique":
+            target = unique_path(folder, filename)
+        try:
+            return write_audio(target, samples, sample_rate, fmt, overwrite=on_conflict == "overwrite")
+        except OutputExistsError:
+            if on_conflict != "unique":
+                raise
+    raise ExportError(f"Could not find a free name for {filename} in {folder}.")

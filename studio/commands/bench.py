@@ -1,0 +1,254 @@
+"""``cosyvoice-studio bench``: the benchmark loop — warm-up, then N runs per concurrency, per backend.
+
+Each take decodes exactly ``--tokens`` speech tokens (stop ids ignored) so runs and backends compare
+like for like even on random weights. Reports avg/min/max/p95 first-chunk latency, RTF, aggregate
+audio-seconds per wall second, the llm/flow/hift time split and peak VRAM (NVML, this process tree);
+``--json`` writes everything. The model runs in this process; concurrency comes from threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the studio keeps reading without a pause."
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("expected positive numbers")
+    return values
+
+
+def _backend_list(text: str) -> list[str]:
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [v for v in values if v not in ("pytorch", "vllm")]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(f"backends are pytorch and/or vllm, got {text!r}")
+    return values
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark latency and throughput",
+        description="Warm up, then time N runs at each concurrency, for each backend, side by side.",
+    )
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument(
+        "--backends",
+        type=_backend_list,
+        default=["pytorch", "vllm"],
+        metavar="LIST",
+        help="pytorch,vllm (default: both, side by side)",
+    )
+    parser.add_argument("--concurrency", type=_int_list, default=[1], metavar="LIST", help="e.g. 1,4,16")
+    parser.add_argument("--runs", type=int, default=3, metavar="N", help="timed runs per concurrency")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=100,
+        metavar="N",
+        help="speech tokens per take (25 per second of audio; default 100 = 4 s)",
+    )
+    parser.add_argument("--no-stream", dest="stream", action="store_false", help="offline takes (one chunk)")
+    parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--text", default=BENCH_TEXT)
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    parser.set_defaults(func=run)
+
+
+class VramSampler:
+    """Samples NVML memory of this process tree every 50 ms; ``peak`` in bytes (None without NVML)."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _pids(self) -> set[int]:
+        pids = {os.getpid()}
+        try:
+            for entry in Path("/proc").iterdir():  # children (vLLM's engine core) on Linux
+                if entry.name.isdigit():
+                    stat = (entry / "stat").read_text().split(") ")[-1].split()
+                    if int(stat[1]) in pids:
+                        pids.add(int(entry.name))
+        except OSError:
+            pass
+        return pids
+
+    def __enter__(self) -> VramSampler:
+        try:
+            from studio.gpu.nvml import query_gpus
+
+            query_gpus()
+        except Exception:  # noqa: BLE001 - no GPU: peak stays None
+            return self
+        self.peak = 0
+        self._thread = threading.Thread(
+            target=self._loop, args=(query_gpus,), name="vram-sampler", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _loop(self, query_gpus) -> None:
+        while not self._stop.wait(0.05):
+            pids = self._pids()
+            used = sum(mem for gpu in query_gpus() for pid, mem in gpu.process_memory.items() if pid in pids)
+            self.peak = max(self.peak or 0, used)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    return {
+        "avg": float(array.mean()),
+        "min": float(array.min()),
+        "max": float(array.max()),
+        "p95": float(np.percentile(array, 95)),
+    }
+
+
+def bench_concurrency(loaded, make_request, concurrency: int, runs: int) -> dict:
+    """``runs`` rounds of ``concurrency`` simultaneous takes; per-take and aggregate numbers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from studio.engine.runner import run_take
+
+    takes, throughput = [], []
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
+        for _ in range(runs):
+            start = time.perf_counter()
+            futures = [
+                pool.submit(run_take, loaded.model, make_request(i), backend=loaded.backend)
+                for i in range(concurrency)
+            ]
+            round_takes = [f.result() for f in futures]
+            wall = time.perf_counter() - start
+            takes.extend(round_takes)
+            throughput.append(sum(t.audio_seconds for t in round_takes) / wall)
+    stages: dict[str, float] = {}
+    for take in takes:
+        for stage, seconds in take.stage_seconds.items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    stage_total = sum(stages.values()) or 1.0
+    return {
+        "concurrency": concurrency,
+        "takes": len(takes),
+        "speech_tokens_per_take": takes[0].speech_tokens,
+        "audio_seconds_per_take": takes[0].audio_seconds,
+        "first_chunk_latency_s": summarize([t.first_chunk_latency for t in takes]),
+        "rtf": summarize([t.rtf for t in takes]),
+        "audio_seconds_per_second": summarize(throughput),
+        "stage_seconds": stages,
+        "stage_share": {k: v / stage_total for k, v in stages.items()},
+    }
+
+
+def bench_backend(args: argparse.Namespace, backend: str) -> dict:
+    from studio.engine import runner
+    from studio.engine.protocol import Synthesize
+    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice, warmup_request
+
+    prompt = synthetic_voice(16000, 3.0)
+
+    def make_request(index: int) -> Synthesize:
+        return Synthesize(
+            args.text,
+            prompt_wav=prompt,
+            prompt_sr=16000,
+            prompt_text=WARMUP_PROMPT_TEXT,
+            stream=args.stream,
+            seed=index,
+            exact_speech_tokens=args.tokens,
+            request_id=f"bench-{index}",
+        )
+
+    with VramSampler() as vram:
+        loaded = runner.load_model(args.model, backend, fp16=args.fp16)
+        try:
+            result: dict = {
+                "backend_asked": backend,
+                "backend": loaded.backend,
+                "backend_reason": loaded.backend_reason,
+                "load_seconds": loaded.load_seconds,
+            }
+            if loaded.backend != backend:
+                print(f"[{backend}] unavailable: {loaded.backend_reason}", file=sys.stderr)
+                result["skipped"] = True
+                return result
+            start = time.perf_counter()
+            runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
+            result["warmup_seconds"] = time.perf_counter() - start
+            result["levels"] = []
+            for concurrency in args.concurrency:
+                level = bench_concurrency(loaded, make_request, concurrency, args.runs)
+                result["levels"].append(level)
+                print_level(backend, level)
+        finally:
+            loaded.close()
+    result["peak_vram_bytes"] = vram.peak
+    return result
+
+
+def print_level(backend: str, level: dict) -> None:
+    lat, rtf, thr = level["first_chunk_latency_s"], level["rtf"], level["audio_seconds_per_second"]
+    split = " ".join(f"{k} {v:.0%}" for k, v in level["stage_share"].items())
+    print(
+        f"{backend:8} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
+        f"(min {lat['min'] * 1000:.0f}, max {lat['max'] * 1000:.0f}, p95 {lat['p95'] * 1000:.0f})  "
+        f"RTF avg {rtf['avg']:.3f} (p95 {rtf['p95']:.3f})  {thr['avg']:.2f} audio-s/s  [{split}]",
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import platform
+
+    if not Path(args.model).is_dir():
+        print(f"error: model folder not found: {args.model}", file=sys.stderr)
+        return 2
+    if args.runs < 1 or args.tokens < 1:
+        print("error: --runs and --tokens must be positive", file=sys.stderr)
+        return 2
+    import torch
+
+    report = {
+        "model": str(args.model),
+        "tokens_per_take": args.tokens,
+        "stream": args.stream,
+        "runs": args.runs,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "backends": [],
+    }
+    for backend in args.backends:
+        try:
+            report["backends"].append(bench_backend(args, backend))
+        except Exception as exc:  # noqa: BLE001 - one backend failing must not hide the others
+            print(f"[{backend}] failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            report["backends"].append({"backend_asked": backend, "error": f"{type(exc).__name__}: {exc}"})
+    for entry in report["backends"]:
+        if entry.get("peak_vram_bytes") is not None:
+            print(f"{entry['backend']:8} peak VRAM {entry['peak_vram_bytes'] / 2**30:.2f} GiB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 1 if any("error" in b for b in report["backends"]) else 0

@@ -1,0 +1,148 @@
+"""``cosyvoice-studio synth``: synthesise one take to a 24 kHz WAV and print first-chunk latency and RTF.
+
+Runs the model in this process through the same loader and take runner as the engine
+(``studio.engine.runner``), so the backend choice is reported the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "synth",
+        help="synthesise text to a WAV file",
+        description="Synthesise one take with a voice prompt and write it as a 24 kHz WAV.",
+    )
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    text = parser.add_mutually_exclusive_group(required=True)
+    text.add_argument("--text", help="the text to speak")
+    text.add_argument("--text-file", metavar="F", help="read the text from a UTF-8 file")
+    parser.add_argument("--prompt-wav", metavar="F", help="recording of the voice to clone")
+    parser.add_argument("--prompt-text", default="", metavar="T", help="transcript of the prompt (zero-shot)")
+    parser.add_argument("--mode", choices=("zero-shot", "cross-lingual", "instruct"), default="zero-shot")
+    parser.add_argument("--instruct", default="", metavar="T", help="instruction (instruct mode)")
+    parser.add_argument("--voice", default="", metavar="ID", help="a saved voice instead of --prompt-wav")
+    parser.add_argument("--stream", action="store_true", help="synthesise in streaming chunks")
+    parser.add_argument("--speed", type=float, default=1.0, metavar="X")
+    parser.add_argument("--seed", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="decode exactly N speech tokens per sentence, ignoring stop ids (benchmarks, random weights)",
+    )
+    parser.add_argument("--vllm", action="store_true", help="run the LLM on vLLM (reported if unavailable)")
+    parser.add_argument("--fp16", action="store_true", help="half precision flow and vocoder (GPU)")
+    parser.add_argument("--warmup", action="store_true", help="warm up first, so latency excludes cold start")
+    parser.add_argument("--out", required=True, metavar="OUT.wav", help="where to write the WAV")
+    parser.set_defaults(func=run)
+
+
+def _read_prompt(path: str):
+    """(samples float32 mono, sample rate) of a prompt recording."""
+    try:
+        from studio.audio.io import load_audio
+    except ImportError:
+        import soundfile as sf
+
+        samples, rate = sf.read(path, dtype="float32", always_2d=True)
+        return samples.mean(axis=1), int(rate)
+    audio = load_audio(path, max_duration_s=30.0)
+    return audio.samples, audio.sample_rate
+
+
+def write_wav(path: Path, samples, sample_rate: int) -> list[str]:
+    """Write a 16-bit PCM WAV atomically through the audio core's exporter; returns its warnings."""
+    from studio.audio.export import ExportFormat, write_audio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_audio(path, samples, sample_rate, ExportFormat.WAV_INT16, overwrite=True).warnings
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ValueError, FileNotFoundError, OSError]
+    for module, name in (
+        ("studio.audio.errors", "AudioError"),
+        ("studio.tts.errors", "SynthesisError"),
+        ("studio.tts.errors", "ModelFolderError"),
+    ):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    try:
+        return _synth(args)
+    except _user_errors() as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # an internal failure: one clear line, the traceback on request
+        if os.environ.get("STUDIO_DEBUG"):
+            raise
+        print(
+            f"error: synthesis failed: {type(exc).__name__}: {exc} (STUDIO_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _synth(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from studio.engine import runner
+    from studio.engine.protocol import SAMPLE_RATE, Synthesize
+    from studio.engine.warmup import warmup_request
+
+    if not Path(args.model).is_dir():
+        raise FileNotFoundError(f"model folder not found: {args.model}")
+    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
+    if not args.prompt_wav and not args.voice:
+        raise ValueError("give --prompt-wav F (a recording of the voice) or --voice ID (a saved voice)")
+    prompt, prompt_sr = _read_prompt(args.prompt_wav) if args.prompt_wav else (None, 0)
+    request = Synthesize(
+        text,
+        mode=args.mode,
+        prompt_wav=prompt,
+        prompt_sr=prompt_sr,
+        voice_id=args.voice,
+        prompt_text=args.prompt_text,
+        instruct=args.instruct,
+        speed=args.speed,
+        seed=args.seed,
+        stream=args.stream,
+        exact_speech_tokens=args.tokens,
+    )
+    loaded = runner.load_model(args.model, "vllm" if args.vllm else "pytorch", fp16=args.fp16)
+    try:
+        print(f"backend: {loaded.backend}" + (f" ({loaded.backend_reason})" if loaded.backend_reason else ""))
+        print(f"model loaded in {loaded.load_seconds:.2f} s")
+        if args.warmup:
+            warm = runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
+            print(f"warmed up in {warm.total_seconds:.2f} s")
+        chunks: list = []
+        stats = runner.run_take(loaded.model, request, on_chunk=chunks.append, backend=loaded.backend)
+    finally:
+        loaded.close()
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    if audio.size == 0:
+        raise ValueError("the model produced no audio")
+    out = Path(args.out)
+    for warning in write_wav(out, audio, SAMPLE_RATE):
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {out} ({stats.audio_seconds:.2f} s of audio at {SAMPLE_RATE} Hz)")
+    print(f"first-chunk latency: {stats.first_chunk_latency * 1000:.0f} ms")
+    print(
+        f"RTF: {stats.rtf:.3f} ({stats.total_seconds:.2f} s for {stats.audio_seconds:.2f} s, "
+        f"{stats.speech_tokens} speech tokens, {stats.chunks} chunk(s))"
+    )
+    return 0

@@ -1,0 +1,278 @@
+"""Qt-free client of the engine process: start it, send requests, read events, notice when it dies.
+
+Usage::
+
+    client = EngineClient()                     # log file: data_dir()/logs/engine.log unless given
+    hello = client.start()                      # spawns the process, checks the protocol version
+    client.load_model(LoadModel(model_dir, backend="vllm"))
+    rid = client.synthesize(Synthesize(text, prompt_wav=wav, prompt_sr=16000, prompt_text=t))
+    for event in client.events(timeout=60):      # AudioChunk ..., TakeFinished or Error for rid
+        ...
+    client.cancel(rid); client.restart(); client.shutdown()
+
+Events arrive in one queue from a reader thread. When the process dies without being asked to
+(crash, SIGKILL), the client queues an ``Error`` for every unfinished take, an ``Error(None, ...)`` whose
+``traceback`` holds the last lines of the engine log, and ``State(CRASHED)``. ``restart()`` starts a new
+process and re-sends the last ``LoadModel``. All methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing
+import queue
+import signal
+import threading
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from studio.engine.protocol import (
+    PROTOCOL_VERSION,
+    Cancel,
+    EngineState,
+    Error,
+    Hello,
+    LoadModel,
+    Shutdown,
+    State,
+    Synthesize,
+    TakeFinished,
+)
+
+log = logging.getLogger("studio.engine.client")
+
+
+class EngineError(RuntimeError):
+    """The engine could not be started or reached."""
+
+
+def default_log_path() -> Path:
+    from studio.settings import data_dir
+
+    return data_dir() / "logs" / "engine.log"
+
+
+def tail_lines(path: Path, count: int = 30, pid: int | None = None) -> list[str]:
+    """The last ``count`` lines of a log file (those of process ``pid`` when given, plus unprefixed ones)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = deque(handle, maxlen=max(count * 20, 400))
+    except OSError:
+        return []
+    if pid is not None:
+        # our lines carry " <pid> " after the timestamp; fault-handler dumps carry no prefix
+        lines = deque(line for line in lines if f" {pid} " in line[:40] or not line[:4].isdigit())
+    return [line.rstrip("\n") for line in list(lines)[-count:]]
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "the engine process stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the engine process was killed by {name} (exit code {exitcode})"
+    return f"the engine process exited with code {exitcode}"
+
+
+class EngineClient:
+    """Owns one engine process at a time and the pipes to it."""
+
+    def __init__(self, log_path: str | Path | None = None, start_timeout: float = 120.0) -> None:
+        self.log_path = Path(log_path) if log_path else default_log_path()
+        self.start_timeout = start_timeout
+        self.hello: Hello | None = None
+        self.last_state: State | None = None
+        self._events: queue.Queue = queue.Queue()
+        self._send_lock = threading.RLock()
+        self._process: multiprocessing.Process | None = None
+        self._requests: Any = None
+        self._reader: threading.Thread | None = None
+        self._last_load: LoadModel | None = None
+        self._open_takes: set[str] = set()
+        self._stopping = False
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def is_alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def start(self) -> Hello:
+        """Spawn the engine process and wait for its handshake; raises EngineError on failure."""
+        with self._send_lock:
+            if self.is_alive():
+                raise EngineError("the engine is already running")
+            # Imported by name: the GUI may use this client but never imports the engine's code itself
+            # (an import-linter contract); the spawned child imports it.
+            engine_main = importlib.import_module("studio.engine.process").engine_main
+            context = multiprocessing.get_context("spawn")
+            requests_read, requests_write = context.Pipe(duplex=False)
+            events_read, events_write = context.Pipe(duplex=False)
+            process = context.Process(
+                target=engine_main,
+                args=(requests_read, events_write, str(self.log_path)),
+                name="cosyvoice-engine",
+                daemon=False,  # vLLM starts processes of its own
+            )
+            process.start()
+            requests_read.close()  # only the child keeps these ends: EOF reaches us when it dies
+            events_write.close()
+            self._process, self._requests, self._stopping = process, requests_write, False
+            self._open_takes.clear()
+            if not events_read.poll(self.start_timeout):
+                self._kill()
+                raise EngineError(f"the engine did not answer within {self.start_timeout:.0f} s")
+            try:
+                hello = events_read.recv()
+            except (EOFError, OSError) as exc:
+                process.join(5)
+                lines = "\n".join(tail_lines(self.log_path, 20, process.pid))
+                raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{lines}") from exc
+            if not isinstance(hello, Hello) or hello.protocol_version != PROTOCOL_VERSION:
+                self._kill()
+                raise EngineError(f"engine protocol mismatch: expected {PROTOCOL_VERSION}, got {hello!r}")
+            self.hello = hello
+            self._reader = threading.Thread(
+                target=self._read_events, args=(events_read, process), name="engine-events", daemon=True
+            )
+            self._reader.start()
+            log.info("engine started, pid %d", process.pid)
+            return hello
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Ask the engine to finish (it cancels takes and closes vLLM), then wait; kill when it hangs."""
+        with self._send_lock:
+            process = self._process
+            if process is None:
+                return
+            self._stopping = True
+            if process.is_alive():
+                try:
+                    self._requests.send(Shutdown())
+                except (BrokenPipeError, OSError):
+                    pass
+                process.join(timeout)
+                if process.is_alive():
+                    log.warning("engine did not stop within %.0f s; terminating", timeout)
+                    self._kill()
+            self._requests.close()
+            if self._reader is not None:
+                self._reader.join(10)
+            process.close()
+            self._process = self._requests = self._reader = None
+
+    def restart(self, load: LoadModel | None = None, timeout: float = 30.0) -> Hello:
+        """Stop (or clean up after a crash), start a new process, and load ``load`` or the last model."""
+        self.shutdown(timeout)
+        hello = self.start()
+        if load is not None:
+            self._last_load = load
+        if self._last_load is not None:
+            self.load_model(self._last_load)
+        return hello
+
+    def _kill(self) -> None:
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(10)
+
+    def __enter__(self) -> EngineClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ---------------------------------------------------------------- requests
+    def send(self, request: Any) -> None:
+        with self._send_lock:
+            if self._requests is None or not self.is_alive():
+                raise EngineError("the engine is not running (start or restart it)")
+            try:
+                self._requests.send(request)
+            except (BrokenPipeError, OSError) as exc:
+                raise EngineError(f"the engine is not reachable: {exc}") from exc
+
+    def load_model(self, request: LoadModel) -> None:
+        """Load a model folder (answered by LOADING, WARMING, READY states, or an Error and ERROR)."""
+        self._last_load = request
+        self.send(request)
+
+    def synthesize(self, request: Synthesize) -> str:
+        """Start a take; returns its request id. It ends with one TakeFinished or one Error."""
+        with self._send_lock:
+            self._open_takes.add(request.request_id)
+            try:
+                self.send(request)
+            except EngineError:
+                self._open_takes.discard(request.request_id)
+                raise
+        return request.request_id
+
+    def cancel(self, request_id: str) -> None:
+        self.send(Cancel(request_id))
+
+    # ---------------------------------------------------------------- events
+    def get_event(self, timeout: float | None = None) -> Any | None:
+        """The next event, or None after ``timeout`` seconds."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def events(self, timeout: float | None = None) -> Iterator[Any]:
+        """Iterate events; stops when none arrives within ``timeout`` or after the engine stops/crashes."""
+        while True:
+            event = self.get_event(timeout)
+            if event is None:
+                return
+            yield event
+            if isinstance(event, State) and event.state in (EngineState.CRASHED, EngineState.STOPPED):
+                return
+
+    def wait_for_state(self, *states: EngineState, timeout: float = 300.0) -> State:
+        """Drop events until a State in ``states`` (raises EngineError on timeout, crash or load error)."""
+        for event in self.events(timeout):
+            if isinstance(event, State) and event.state in states:
+                return event
+            if isinstance(event, State) and event.state in (EngineState.CRASHED, EngineState.ERROR):
+                raise EngineError(f"engine {event.state.value}: {event.detail}")
+        raise EngineError(f"no {'/'.join(s.value for s in states)} state within {timeout:.0f} s")
+
+    def _read_events(self, connection: Any, process: multiprocessing.Process) -> None:
+        while True:
+            try:
+                event = connection.recv()
+            except (EOFError, OSError):
+                break
+            if isinstance(event, State):
+                self.last_state = event
+            elif isinstance(event, (TakeFinished, Error)) and event.request_id is not None:
+                self._open_takes.discard(event.request_id)
+            self._events.put(event)
+        connection.close()
+        process.join(10)
+        stopped_cleanly = self._stopping and process.exitcode == 0
+        if not stopped_cleanly:
+            self._report_crash(process)
+
+    def _report_crash(self, process: multiprocessing.Process) -> None:
+        reason = describe_exit(process.exitcode)
+        lines = tail_lines(self.log_path, 30, process.pid)
+        log.error("%s; last log lines:\n%s", reason, "\n".join(lines))
+        for request_id in sorted(self._open_takes):
+            self._events.put(Error(request_id, f"take lost: {reason}"))
+        self._open_takes.clear()
+        self._events.put(Error(None, f"{reason}. Last lines of {self.log_path}:", "\n".join(lines)))
+        crashed = State(EngineState.CRASHED, f"{reason}; restart the engine")
+        self.last_state = crashed
+        self._events.put(crashed)

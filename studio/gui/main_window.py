@@ -1,0 +1,343 @@
+"""The studio window: voice, text, preview, takes and GPU panels around one engine bridge; the status
+bar shows the engine's state. The window shows at once; the engine starts in the background."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.engine.protocol import EngineState, Error, Hello, LoadModel, State
+from studio.gui.bridge import EngineBridge
+from studio.gui.denoise import TakeDenoiser
+from studio.gui.engine_status import EngineStatus
+from studio.gui.first_run import FirstRunPanel, missing_model_files
+from studio.gui.gpu_panel import GpuPanel
+from studio.gui.jobs import BackgroundJobs
+from studio.gui.player import StreamPlayer
+from studio.gui.preview import PreviewPanel
+from studio.gui.settings_dialog import SettingsDialog, engine_changed
+from studio.gui.take_controller import TakeController
+from studio.gui.takes_panel import TakesPanel
+from studio.gui.text_panel import TextPanel
+from studio.gui.voice_panel import VoicePanel
+from studio.settings import Settings, data_dir, save_settings
+from studio.takes import TakeError, TakeStore
+from studio.voices import VoiceLibrary
+
+log = logging.getLogger("studio.gui")
+
+
+def load_request(settings: Settings) -> LoadModel:
+    return LoadModel(settings.model_dir, backend=settings.backend, fp16=settings.fp16,
+                     vllm_options=settings.vllm_options())
+
+
+class MainWindow(QMainWindow):
+    """The whole studio. ``start_engine()`` (called once the window shows) spawns the engine."""
+
+    def __init__(self, settings: Settings, bridge: EngineBridge | None = None, gpu_query=None):
+        super().__init__()
+        self.setWindowTitle("CosyVoice Studio")
+        self.settings = settings
+        self.bridge = bridge or EngineBridge(self)
+        self.jobs = BackgroundJobs(self)
+        self.store = TakeStore(settings.resolved_output_dir())
+        self.voices = VoiceLibrary(data_dir() / "voices")
+        self.player = StreamPlayer(self)
+        self.denoiser = TakeDenoiser(self)
+        self.takes = TakeController(self.bridge, self.store, self)
+        self._last_take_id: str | None = None
+        self._closing = False
+
+        self.voice_panel = VoicePanel(self.voices, self.jobs)
+        self.text_panel = TextPanel()
+        self.preview = PreviewPanel()
+        self.takes_panel = TakesPanel(self.store)
+        self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
+        self.first_run = FirstRunPanel(data_dir() / "models")
+        self.engine_status = EngineStatus()
+        self._build_layout()
+        self._build_menus()
+        self._connect()
+        self.preview.denoise.setChecked(settings.denoise)
+        self.text_panel.stream.setChecked(settings.stream)
+        self.voice_panel.refresh_devices(settings.audio_input_device)
+        self._apply_output_device()
+        geometry = settings.extra.get("window_geometry")
+        if isinstance(geometry, str):
+            self.restoreGeometry(QByteArray.fromHex(geometry.encode()))
+        else:
+            self.resize(1360, 860)
+        self.pages.setCurrentWidget(self.studio_page if self.has_model else self.first_run)
+
+    # -- construction --------------------------------------------------------------------------------
+    def _build_layout(self) -> None:
+        voice_scroll = QScrollArea()
+        voice_scroll.setWidget(self.voice_panel)
+        voice_scroll.setWidgetResizable(True)
+        voice_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        voice_scroll.setMinimumWidth(330)
+        center = QSplitter(Qt.Orientation.Vertical)
+        center.addWidget(self.text_panel)
+        center.addWidget(self.preview)
+        center.setStretchFactor(0, 3)
+        center.setStretchFactor(1, 2)
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.takes_panel)
+        right.addWidget(self.gpu_panel)
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 2)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(voice_scroll)
+        splitter.addWidget(center)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 4)
+        splitter.setStretchFactor(2, 3)
+        splitter.setSizes([340, 600, 420])
+        self.studio_page = QWidget()
+        QVBoxLayout(self.studio_page).addWidget(splitter)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.first_run)
+        self.pages.addWidget(self.studio_page)
+        self.setCentralWidget(self.pages)
+        self.statusBar().addPermanentWidget(self.engine_status, 1)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.import_action = QAction("&Import voice…", self, shortcut=QKeySequence.StandardKey.Open)
+        self.import_action.triggered.connect(self.voice_panel.choose_file)
+        self.export_action = QAction("&Export selected takes…", self, shortcut=QKeySequence("Ctrl+E"))
+        self.export_action.triggered.connect(lambda: self.takes_panel.export_selected())
+        self.settings_action = QAction("&Settings…", self, shortcut=QKeySequence("Ctrl+,"))
+        self.settings_action.triggered.connect(self.open_settings)
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        for action in (self.import_action, self.export_action, self.settings_action, quit_action):
+            file_menu.addAction(action)
+        engine_menu = self.menuBar().addMenu("&Engine")
+        self.restart_action = QAction("&Restart engine", self, shortcut=QKeySequence("Ctrl+R"))
+        self.restart_action.triggered.connect(self.restart_engine)
+        self.model_action = QAction("Choose &model…", self)
+        self.model_action.triggered.connect(lambda: self.pages.setCurrentWidget(self.first_run))
+        engine_menu.addAction(self.restart_action)
+        engine_menu.addAction(self.model_action)
+
+    def _connect(self) -> None:
+        bridge = self.bridge
+        bridge.sig_state_changed.connect(self.on_engine_state)
+        bridge.sig_hello.connect(self.on_hello)
+        bridge.sig_progress.connect(self.engine_status.on_progress)
+        bridge.sig_error.connect(self.on_engine_error)
+        bridge.sig_chunk.connect(self.takes.on_chunk)
+        bridge.sig_take_finished.connect(self.takes.on_take_finished)
+        self.engine_status.sig_restart.connect(self.restart_engine)
+        self.first_run.sig_model_ready.connect(self.on_model_chosen)
+        self.text_panel.sig_generate.connect(lambda request: self.takes.start(request,
+                                                                             self.voice_panel.current_prompt()))
+        self.text_panel.sig_stop.connect(self.takes.stop)
+        self.takes.sig_started.connect(self.on_take_started)
+        self.takes.sig_chunk.connect(self.on_take_chunk)
+        self.takes.sig_finished.connect(self.on_take_finished)
+        self.takes.sig_failed.connect(self.on_take_failed)
+        self.voice_panel.sig_play.connect(self.play_audio)
+        self.voice_panel.sig_message.connect(self.show_message)
+        self.takes_panel.sig_play.connect(self.play_take)
+        self.takes_panel.sig_message.connect(self.show_message)
+        self.preview.sig_replay.connect(lambda: self._last_take_id and self.play_take(self._last_take_id))
+        self.preview.denoise.toggled.connect(self._on_denoise_toggled)
+        self.denoiser.sig_done.connect(self.on_denoised)
+        self.denoiser.sig_failed.connect(self.on_denoise_failed)
+        self.player.sig_position.connect(lambda seconds: self.preview.waveform.set_cursor(seconds))
+        self.player.sig_state.connect(self.on_player_state)
+
+    # -- engine --------------------------------------------------------------------------------------
+    @property
+    def has_model(self) -> bool:
+        return not missing_model_files(self.settings.model_dir)
+
+    def start_engine(self) -> None:
+        """Spawn the engine (and load the model when one is set); returns at once."""
+        self.gpu_panel.start()
+        if not self.bridge.running:
+            self.bridge.start(load_request(self.settings) if self.has_model else None)
+
+    def restart_engine(self) -> None:
+        self.takes.active = None
+        self.text_panel.set_busy(False)
+        self.bridge.restart(load_request(self.settings) if self.has_model else None)
+
+    def on_model_chosen(self, folder: str) -> None:
+        self.update_settings(dataclasses.replace(self.settings, model_dir=folder))
+        self.pages.setCurrentWidget(self.studio_page)
+        if "tiny" in Path(folder).name or "demo" in Path(folder).name:
+            self.show_message("Demo model: random weights, so takes babble rather than speak.")
+        if self.bridge.running:
+            self.bridge.load_model(load_request(self.settings))
+        else:
+            self.start_engine()
+
+    def on_hello(self, hello: Hello) -> None:
+        self.gpu_panel.set_engine_pid(hello.pid)
+
+    def on_engine_state(self, state: State) -> None:
+        self.engine_status.on_state(state)
+        ready = state.state in (EngineState.READY, EngineState.BUSY)
+        self.text_panel.set_engine_ready(ready and self.has_model)
+        if state.state in (EngineState.CRASHED, EngineState.ERROR, EngineState.STOPPED) and self.takes.busy:
+            self.takes.on_error(Error(None, f"engine {state.state.value}"))
+        if state.state == EngineState.CRASHED:
+            self.gpu_panel.set_engine_pid(None)
+
+    def on_engine_error(self, error: Error) -> None:
+        if error.request_id is None:
+            self.engine_status.on_engine_error(error)
+            log.error("engine: %s\n%s", error.message, error.traceback)
+        self.takes.on_error(error)
+
+    # -- takes ---------------------------------------------------------------------------------------
+    def on_take_started(self, request) -> None:
+        self.text_panel.set_busy(True)
+        self.preview.begin_take(request.stream)
+        self.gpu_panel.mark_take_started()
+        self.player.begin(24000)
+
+    def on_take_chunk(self, samples: np.ndarray, latency: float) -> None:
+        self.preview.add_chunk(samples, 24000, latency)
+        self.player.feed(samples)
+
+    def on_take_finished(self, stats, take) -> None:
+        self.text_panel.set_busy(False)
+        self.gpu_panel.mark_take_finished()
+        self.player.end()
+        if stats is not None:
+            self.preview.finish_take(stats.first_chunk_latency if stats.chunks else None, stats.rtf,
+                                     stats.audio_seconds, stats.cancelled)
+        if take is None:
+            return
+        self._last_take_id = take.id
+        self.takes_panel.refresh(select=take.id)
+        self.show_message(f"Saved {take.name} ({take.duration_s:.1f} s) to {self.store.folder}")
+        if self.preview.denoise.isChecked():
+            self.denoise_take(take.id)
+
+    def on_take_failed(self, reason: str) -> None:
+        self.text_panel.set_busy(False)
+        self.player.stop()
+        self.preview.fail_take(reason)
+        self.show_message(f"Take failed: {reason}")
+
+    def play_take(self, take_id: str) -> None:
+        try:
+            audio, rate = self.store.load_audio(take_id, prefer_denoised=True)
+        except TakeError as exc:
+            self.show_message(str(exc))
+            return
+        self.preview.waveform.set_audio(audio, rate)
+        self.play_audio(audio, rate)
+
+    def play_audio(self, audio: np.ndarray, rate: int) -> None:
+        if not self.player.play(audio, rate):
+            self.show_message("No audio output device: cannot play.")
+
+    def on_player_state(self, state: str) -> None:
+        if state == "idle":
+            self.preview.waveform.set_cursor(None)
+
+    # -- denoise -------------------------------------------------------------------------------------
+    def _on_denoise_toggled(self, on: bool) -> None:
+        self.update_settings(dataclasses.replace(self.settings, denoise=on))
+
+    def denoise_take(self, take_id: str) -> None:
+        audio, rate = self.store.load_audio(take_id, prefer_denoised=False)
+        self.denoiser.submit(take_id, audio, rate)
+        self.takes_panel.set_denoise_pending(take_id, True)
+        self.preview.set_pending(len(self.denoiser.pending))
+
+    def on_denoised(self, take_id: str, audio: np.ndarray) -> None:
+        try:
+            self.store.save_denoised(take_id, audio)
+        except TakeError:
+            pass  # deleted meanwhile
+        self.takes_panel.set_denoise_pending(take_id, False)
+        self.preview.set_pending(len(self.denoiser.pending))
+
+    def on_denoise_failed(self, take_id: str, reason: str) -> None:
+        self.takes_panel.set_denoise_pending(take_id, False)
+        self.preview.set_pending(len(self.denoiser.pending))
+        if not self._closing:
+            self.show_message(f"Denoising failed: {reason}")
+
+    # -- settings ------------------------------------------------------------------------------------
+    def update_settings(self, new: Settings) -> None:
+        self.settings = new
+        try:
+            save_settings(new)
+        except OSError as exc:
+            self.show_message(f"Could not save settings: {exc}")
+
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec() != SettingsDialog.DialogCode.Accepted:
+            return
+        try:
+            new = dialog.result_settings()
+        except ValueError as exc:
+            QMessageBox.warning(self, "Settings", str(exc))
+            return
+        self.apply_settings(new)
+
+    def apply_settings(self, new: Settings) -> None:
+        old = self.settings
+        self.update_settings(new)
+        if new.resolved_output_dir() != old.resolved_output_dir():
+            self.store = TakeStore(new.resolved_output_dir())
+            self.takes.store = self.store
+            self.takes_panel.set_store(self.store)
+        self.voice_panel.refresh_devices(new.audio_input_device)
+        self._apply_output_device()
+        if engine_changed(old, new) and self.has_model:
+            self.pages.setCurrentWidget(self.studio_page)
+            self.restart_engine()
+
+    def _apply_output_device(self) -> None:
+        from PySide6.QtMultimedia import QMediaDevices
+
+        wanted = self.settings.audio_output_device
+        match = [d for d in QMediaDevices.audioOutputs() if d.description() == wanted] if wanted else []
+        self.player.set_device(match[0] if match else None)
+
+    def show_message(self, text: str) -> None:
+        self.statusBar().showMessage(text, 8000)
+
+    # -- closing -------------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._closing = True
+        self.settings.extra["window_geometry"] = bytes(self.saveGeometry().toHex()).decode()
+        self.update_settings(dataclasses.replace(self.settings, stream=self.text_panel.stream.isChecked()))
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Stop everything this window started: engine, threads, timers, child processes."""
+        self.gpu_panel.stop()
+        self.voice_panel.stop()
+        self.player.stop()
+        self.first_run.cancel()
+        self.denoiser.shutdown()
+        self.jobs.shutdown()
+        self.bridge.shutdown()

@@ -1,0 +1,207 @@
+"""The text panel: what to say and how — editor, fine-grained tag buttons, mode, instruction, speed,
+seed, streaming, and the Generate (Ctrl+Enter) / Stop (Esc) buttons."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+#: Single-token fine-grained control tags of CosyVoice2 (inserted at the cursor).
+EVENT_TAGS = (
+    "[breath]", "[laughter]", "[cough]", "[noise]", "[sigh]", "[quick_breath]", "[clucking]",
+    "[accent]", "[hissing]", "[vocalized-noise]", "[lipsmack]", "[mn]",
+)
+#: Paired tags wrap the selection (or insert an empty pair with the cursor inside).
+SPAN_TAGS = (("<strong>", "</strong>"), ("<laughter>", "</laughter>"))
+MODES = (("zero-shot", "Zero-shot (clone the voice)"), ("cross-lingual", "Cross-lingual"),
+         ("instruct", "Instruct (describe the delivery)"))
+MAX_SEED = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """What the text panel asks for: the GUI adds the voice and sends it to the engine."""
+
+    text: str
+    mode: str
+    instruct: str
+    speed: float
+    seed: int
+    stream: bool
+
+
+class TextPanel(QWidget):
+    """Editor and generation controls; emits ``sig_generate`` with a TextRequest, ``sig_stop`` to cancel."""
+
+    sig_generate = Signal(object)
+    """The user asked for a take (a TextRequest)."""
+    sig_stop = Signal()
+    """The user asked to stop the running take."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("TextPanel")
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("TextEditor")
+        self.editor.setPlaceholderText(
+            "Type what the voice should say. Tags like [laughter] or <strong>word</strong> shape the delivery."
+        )
+        self.editor.textChanged.connect(self._update_buttons)
+
+        tags = QGridLayout()
+        tags.setSpacing(4)
+        for i, tag in enumerate(EVENT_TAGS):
+            button = QPushButton(tag.strip("[]"))
+            button.setObjectName("TagButton")
+            button.setToolTip(f"Insert {tag} at the cursor")
+            button.clicked.connect(lambda _checked=False, t=tag: self.insert_tag(t))
+            tags.addWidget(button, i // 7, i % 7)
+        for j, (opening, closing) in enumerate(SPAN_TAGS):
+            button = QPushButton(f"{opening}…{closing}")
+            button.setObjectName("TagButton")
+            button.setToolTip(f"Wrap the selection in {opening}{closing}")
+            button.clicked.connect(lambda _checked=False, o=opening, c=closing: self.wrap_selection(o, c))
+            tags.addWidget(button, 1, 5 + j)
+
+        self.mode = QComboBox()
+        for key, label in MODES:
+            self.mode.addItem(label, key)
+        self.mode.currentIndexChanged.connect(self._update_mode)
+        self.instruct = QLineEdit()
+        self.instruct.setPlaceholderText("e.g. speak slowly and warmly, like telling a bedtime story")
+        self.instruct_label = QLabel("Instruction")
+        self.speed = QDoubleSpinBox()
+        self.speed.setRange(0.5, 2.0)
+        self.speed.setSingleStep(0.05)
+        self.speed.setValue(1.0)
+        self.speed.setSuffix(" ×")
+        self.random_seed = QCheckBox("random")
+        self.random_seed.setChecked(True)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, MAX_SEED)
+        self.seed.setEnabled(False)
+        self.random_seed.toggled.connect(lambda on: self.seed.setEnabled(not on))
+        self.stream = QCheckBox("Stream (hear it while it is made)")
+        self.stream.setChecked(True)
+
+        options = QGridLayout()
+        options.addWidget(QLabel("Mode"), 0, 0)
+        options.addWidget(self.mode, 0, 1)
+        options.addWidget(QLabel("Speed"), 0, 2)
+        options.addWidget(self.speed, 0, 3)
+        options.addWidget(QLabel("Seed"), 0, 4)
+        seed_row = QHBoxLayout()
+        seed_row.addWidget(self.random_seed)
+        seed_row.addWidget(self.seed, 1)
+        options.addLayout(seed_row, 0, 5)
+        options.addWidget(self.instruct_label, 1, 0)
+        options.addWidget(self.instruct, 1, 1, 1, 5)
+        options.setColumnStretch(1, 2)
+        options.setColumnStretch(5, 1)
+
+        self.generate_button = QPushButton("Generate")
+        self.generate_button.setObjectName("PrimaryButton")
+        self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
+        self.generate_button.clicked.connect(self.request_generate)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the take (Esc)")
+        self.stop_button.clicked.connect(self.sig_stop.emit)
+        self.stop_button.setEnabled(False)
+        actions = QHBoxLayout()
+        actions.addWidget(self.stream)
+        actions.addStretch(1)
+        actions.addWidget(self.stop_button)
+        actions.addWidget(self.generate_button)
+
+        title = QLabel("Text")
+        title.setObjectName("PanelTitle")
+        layout = QVBoxLayout(self)
+        layout.addWidget(title)
+        layout.addWidget(self.editor, 1)
+        layout.addLayout(tags)
+        layout.addLayout(options)
+        layout.addLayout(actions)
+
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            shortcut = QShortcut(QKeySequence(keys), self, context=Qt.ShortcutContext.WindowShortcut)
+            shortcut.activated.connect(self.request_generate)
+        stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self, context=Qt.ShortcutContext.WindowShortcut)
+        stop.activated.connect(lambda: self.stop_button.isEnabled() and self.sig_stop.emit())
+
+        self._engine_ready = False
+        self._busy = False
+        self._update_mode()
+        self._update_buttons()
+
+    # -- editing -------------------------------------------------------------------------------------
+    def insert_tag(self, tag: str) -> None:
+        self.editor.insertPlainText(tag)
+        self.editor.setFocus()
+
+    def wrap_selection(self, opening: str, closing: str) -> None:
+        cursor = self.editor.textCursor()
+        selected = cursor.selectedText()
+        cursor.insertText(f"{opening}{selected}{closing}")
+        if not selected:
+            cursor.movePosition(QTextCursor.MoveOperation.Left, n=len(closing))
+            self.editor.setTextCursor(cursor)
+        self.editor.setFocus()
+
+    # -- state ---------------------------------------------------------------------------------------
+    def set_engine_ready(self, ready: bool) -> None:
+        self._engine_ready = ready
+        self._update_buttons()
+
+    def set_busy(self, busy: bool) -> None:
+        """A take is running: Stop on, Generate off."""
+        self._busy = busy
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        has_text = bool(self.editor.toPlainText().strip())
+        self.generate_button.setEnabled(self._engine_ready and has_text and not self._busy)
+        self.stop_button.setEnabled(self._busy)
+        if not self._engine_ready:
+            self.generate_button.setToolTip("The engine is not ready yet (see the status bar)")
+        elif not has_text:
+            self.generate_button.setToolTip("Type some text first")
+        else:
+            self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
+
+    def _update_mode(self) -> None:
+        instruct = self.mode.currentData() == "instruct"
+        self.instruct.setVisible(instruct)
+        self.instruct_label.setVisible(instruct)
+
+    # -- requests ------------------------------------------------------------------------------------
+    def current_request(self) -> TextRequest:
+        seed = random.randint(0, MAX_SEED) if self.random_seed.isChecked() else self.seed.value()
+        return TextRequest(
+            text=self.editor.toPlainText().strip(),
+            mode=self.mode.currentData(),
+            instruct=self.instruct.text().strip(),
+            speed=round(self.speed.value(), 3),
+            seed=seed,
+            stream=self.stream.isChecked(),
+        )
+
+    def request_generate(self) -> None:
+        if self.generate_button.isEnabled():
+            self.sig_generate.emit(self.current_request())

@@ -1,0 +1,94 @@
+"""A waveform view (pyqtgraph) that can grow live as chunks arrive, drawn as a min/max envelope."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSizePolicy
+
+#: Envelope bins per second of audio: fine enough to look like a waveform, cheap for minutes of audio.
+BINS_PER_SECOND = 200
+
+
+def envelope(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, minima, maxima) of ``samples`` in bins of 1/BINS_PER_SECOND s; a partial last bin counts."""
+    samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+    bin_size = max(1, sample_rate // BINS_PER_SECOND)
+    count = -(-samples.size // bin_size)
+    if count == 0:
+        empty = np.zeros(0, dtype=np.float32)
+        return empty, empty, empty
+    padded = np.zeros(count * bin_size, dtype=np.float32)
+    padded[: samples.size] = samples
+    blocks = padded.reshape(count, bin_size)
+    times = (np.arange(count, dtype=np.float32) * bin_size) / float(sample_rate)
+    return times, blocks.min(axis=1), blocks.max(axis=1)
+
+
+class WaveformView(pg.PlotWidget):
+    """Shows mono audio; ``append`` adds samples (a streamed take), ``set_audio`` replaces them."""
+
+    def __init__(self, parent=None, color: str = "#4fc3f7", height: int = 90):
+        super().__init__(parent, background=None)
+        self.setFixedHeight(height)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMenuEnabled(False)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.setYRange(-1.0, 1.0, padding=0.02)
+        self.getPlotItem().hideAxis("left")
+        self.getPlotItem().getAxis("bottom").setStyle(tickLength=-4)
+        bottom = self.getPlotItem().getAxis("bottom")
+        bottom.enableAutoSIPrefix(False)
+        bottom.setHeight(22)
+        pen = pg.mkPen(color, width=1)
+        self._upper = pg.PlotDataItem(pen=pen)
+        self._lower = pg.PlotDataItem(pen=pen)
+        fill = pg.FillBetweenItem(self._upper, self._lower, brush=pg.mkBrush(color))
+        self.addItem(self._upper)
+        self.addItem(self._lower)
+        self.addItem(fill)
+        self._cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ffb74d", width=1, style=Qt.PenStyle.DashLine))
+        self._cursor.hide()
+        self.addItem(self._cursor)
+        self._sample_rate = 24000
+        self._samples = np.zeros(0, dtype=np.float32)
+        self.setXRange(0.0, 1.0, padding=0.0)
+
+    @property
+    def samples(self) -> np.ndarray:
+        return self._samples
+
+    @property
+    def duration(self) -> float:
+        return self._samples.size / float(self._sample_rate)
+
+    def clear_audio(self) -> None:
+        self.set_audio(np.zeros(0, dtype=np.float32), self._sample_rate)
+
+    def set_audio(self, samples: np.ndarray, sample_rate: int) -> None:
+        self._sample_rate = int(sample_rate)
+        self._samples = np.asarray(samples, dtype=np.float32).reshape(-1).copy()
+        self._redraw()
+
+    def append(self, samples: np.ndarray, sample_rate: int) -> None:
+        if sample_rate != self._sample_rate and self._samples.size:
+            raise ValueError(f"cannot append {sample_rate} Hz audio to {self._sample_rate} Hz audio")
+        self._sample_rate = int(sample_rate)
+        self._samples = np.concatenate([self._samples, np.asarray(samples, dtype=np.float32).reshape(-1)])
+        self._redraw()
+
+    def set_cursor(self, seconds: float | None) -> None:
+        """Show the playback position (None hides it)."""
+        if seconds is None:
+            self._cursor.hide()
+            return
+        self._cursor.setValue(seconds)
+        self._cursor.show()
+
+    def _redraw(self) -> None:
+        times, lows, highs = envelope(self._samples, self._sample_rate)
+        self._upper.setData(times, highs)
+        self._lower.setData(times, lows)
+        self.setXRange(0.0, max(1.0, self.duration), padding=0.0)

@@ -1,0 +1,200 @@
+"""Persisted user settings: a plain dataclass stored as JSON in the user's config folder. Qt-free.
+
+Usage::
+
+    from studio.settings import Settings, load_settings, save_settings, data_dir
+    s = load_settings()                  # defaults (plus a warning) when the file is missing fields,
+    s = dataclasses.replace(s, fp16=True)  # unknown keys, bad types or corrupt JSON; never raises
+    save_settings(s)                     # atomic write (temp file + os.replace)
+
+Where things live: ``config_dir()`` is ``$STUDIO_CONFIG_DIR`` or platformdirs' user config dir for
+"cosyvoice-studio"; ``data_dir()`` (takes, voices, logs) is ``$STUDIO_DATA_DIR`` or platformdirs' user
+data dir. Both are created on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+APP_NAME = "cosyvoice-studio"
+SETTINGS_FILE = "settings.json"
+BACKENDS = ("pytorch", "vllm")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+class SettingsWarning(UserWarning):
+    """A settings file could not be used as written; defaults were used for some or all fields."""
+
+
+def config_dir() -> Path:
+    """The folder holding settings.json (``$STUDIO_CONFIG_DIR`` overrides the platform default)."""
+    override = os.environ.get("STUDIO_CONFIG_DIR")
+    if override:
+        path = Path(override).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path:
+    """The folder for takes, saved voices and logs (``$STUDIO_DATA_DIR`` overrides the default)."""
+    override = os.environ.get("STUDIO_DATA_DIR")
+    if override:
+        path = Path(override).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_output_dir() -> str:
+    return str(data_dir() / "takes")
+
+
+@dataclass
+class Settings:
+    """Everything the studio remembers between runs; vLLM knobs are passed to the engine as given."""
+
+    model_dir: str = ""
+    output_dir: str = ""  # empty: data_dir()/takes
+    backend: str = "vllm"  # "pytorch" | "vllm" (vLLM falls back to PyTorch only with a reported reason)
+    fp16: bool = False
+    # vLLM engine options
+    gpu_memory_utilization: float = 0.2
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 4096
+    enforce_eager: bool = False
+    dtype: str = "auto"
+    max_model_len: int = 4096
+    # audio
+    audio_input_device: str = ""  # empty: system default
+    audio_output_device: str = ""
+    stream: bool = True
+    denoise: bool = False
+    # free-form per-panel state other parts may keep here (JSON-serialisable values only)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
+        if self.dtype not in VLLM_DTYPES:
+            raise ValueError(f"dtype must be one of {VLLM_DTYPES}, not {self.dtype!r}")
+        if not 0.0 < float(self.gpu_memory_utilization) <= 1.0:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer")
+
+    def resolved_output_dir(self) -> Path:
+        """The folder new takes go to (``output_dir`` or the data folder's ``takes``)."""
+        return Path(self.output_dir).expanduser() if self.output_dir else Path(default_output_dir())
+
+    def vllm_options(self) -> dict[str, Any]:
+        """The keyword arguments CosyVoice2(..., **vllm_options) takes for the vLLM engine."""
+        return {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "enforce_eager": self.enforce_eager,
+            "dtype": self.dtype,
+            "max_model_len": self.max_model_len,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def settings_path() -> Path:
+    return config_dir() / SETTINGS_FILE
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Return value if it has the default's JSON type (ints accepted for floats), else raise TypeError."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict)
+    else:
+        ok = True
+    if not ok:
+        raise TypeError(f"{name}: expected {type(default).__name__}, got {type(value).__name__}")
+    return value
+
+
+def settings_from_dict(data: dict[str, Any]) -> tuple[Settings, list[str]]:
+    """Build Settings from a loaded dict; returns the settings and a list of problems (fields reset)."""
+    defaults = Settings()
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    known = {f.name for f in dataclasses.fields(Settings)}
+    for key in sorted(set(data) - known):
+        problems.append(f"unknown key {key!r} ignored")
+    for name in known & set(data):
+        try:
+            candidate = _coerce(name, data[name], getattr(defaults, name))
+            dataclasses.replace(defaults, **{name: candidate})  # runs the field's validation
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{exc} (default used)")
+            continue
+        values[name] = candidate
+    return Settings(**values), problems
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read settings; a missing file gives defaults silently, a bad one gives defaults and a warning."""
+    path = path or settings_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except OSError as exc:
+        warnings.warn(f"cannot read {path}: {exc}; using default settings", SettingsWarning, stacklevel=2)
+        return Settings()
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("top level is not an object")
+    except ValueError as exc:
+        warnings.warn(f"{path} is corrupt ({exc}); using default settings", SettingsWarning, stacklevel=2)
+        return Settings()
+    settings, problems = settings_from_dict(data)
+    if problems:
+        warnings.warn(f"{path}: " + "; ".join(problems), SettingsWarning, stacklevel=2)
+    return settings
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Write settings atomically (a temporary file in the same folder, then os.replace)."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(settings.to_dict(), indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,227 @@
+"""The take store: every finished take as a float32 WAV plus a JSON sidecar, written at once, Qt-free.
+
+A take is written the moment it finishes (temp file then rename), so a crash loses nothing. The store
+lists, replays (loads), renames, deletes and exports takes; a denoised copy may sit beside the original.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SIDECAR_VERSION = 1
+
+
+class TakeError(Exception):
+    """A take cannot be stored, found or read; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Take:
+    """What the sidecar holds about one take (the audio lives in ``<id>.wav`` beside it)."""
+
+    id: str
+    name: str
+    created: float
+    sample_rate: int
+    duration_s: float
+    text: str = ""
+    voice: str = ""
+    mode: str = ""
+    seed: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    denoised: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": SIDECAR_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Take:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> None:
+    import soundfile as sf
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".wav", dir=path.parent)
+    os.close(fd)
+    try:
+        sf.write(tmp, audio, sample_rate, subtype="FLOAT", format="WAV")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _as_mono_float32(audio: np.ndarray) -> np.ndarray:
+    array = np.asarray(audio, dtype=np.float32)
+    if array.ndim != 1:
+        raise TakeError(f"a take must be mono 1-D audio, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise TakeError("a take's audio holds NaN or infinite samples")
+    return array
+
+
+class TakeStore:
+    """Takes of one user, in one folder: ``<id>.wav``, ``<id>.json`` and optionally ``<id>.denoised.wav``."""
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    # -- paths -------------------------------------------------------------------------------------
+    def wav_path(self, take_id: str) -> Path:
+        return self.folder / f"{take_id}.wav"
+
+    def sidecar_path(self, take_id: str) -> Path:
+        return self.folder / f"{take_id}.json"
+
+    def denoised_path(self, take_id: str) -> Path:
+        return self.folder / f"{take_id}.denoised.wav"
+
+    # -- writing -----------------------------------------------------------------------------------
+    def add(
+        self,
+        audio: np.ndarray,
+        sample_rate: int,
+        *,
+        text: str = "",
+        voice: str = "",
+        mode: str = "",
+        seed: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        stats: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> Take:
+        """Write a finished take (WAV first, then its sidecar) and return it."""
+        samples = _as_mono_float32(audio)
+        if sample_rate <= 0:
+            raise TakeError(f"sample rate must be positive, got {sample_rate}")
+        created = time.time()
+        take_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(created)) + "-" + secrets.token_hex(3)
+        first_words = " ".join(text.split()[:6])
+        take = Take(
+            id=take_id,
+            name=name or first_words or take_id,
+            created=created,
+            sample_rate=int(sample_rate),
+            duration_s=len(samples) / float(sample_rate),
+            text=text,
+            voice=voice,
+            mode=mode,
+            seed=seed,
+            settings=dict(settings or {}),
+            stats=dict(stats or {}),
+        )
+        _atomic_write_wav(self.wav_path(take_id), samples, sample_rate)
+        self._write_sidecar(take)
+        return take
+
+    def _write_sidecar(self, take: Take) -> None:
+        payload = json.dumps(take.to_json(), indent=2, ensure_ascii=False).encode()
+        _atomic_write_bytes(self.sidecar_path(take.id), payload)
+
+    def save_denoised(self, take_id: str, audio: np.ndarray) -> Take:
+        """Keep a denoised copy beside the original and mark the take; the original stays untouched."""
+        take = self.get(take_id)
+        _atomic_write_wav(self.denoised_path(take_id), _as_mono_float32(audio), take.sample_rate)
+        updated = replace(take, denoised=True)
+        self._write_sidecar(updated)
+        return updated
+
+    def rename(self, take_id: str, name: str) -> Take:
+        name = name.strip()
+        if not name:
+            raise TakeError("a take's name cannot be empty")
+        updated = replace(self.get(take_id), name=name)
+        self._write_sidecar(updated)
+        return updated
+
+    def delete(self, take_id: str) -> None:
+        self.get(take_id)  # a clear error for an unknown id
+        for path in (self.denoised_path(take_id), self.wav_path(take_id), self.sidecar_path(take_id)):
+            path.unlink(missing_ok=True)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def get(self, take_id: str) -> Take:
+        path = self.sidecar_path(take_id)
+        try:
+            return Take.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise TakeError(f"no take {take_id!r} in {self.folder}") from None
+        except (ValueError, TypeError) as exc:
+            raise TakeError(f"the sidecar {path} is damaged: {exc}") from exc
+
+    def list(self) -> list[Take]:
+        """All readable takes, oldest first; damaged sidecars and sidecars without audio are skipped."""
+        takes = []
+        for sidecar in self.folder.glob("*.json"):
+            try:
+                take = self.get(sidecar.stem)
+            except TakeError:
+                continue
+            if self.wav_path(take.id).exists():
+                takes.append(take)
+        return sorted(takes, key=lambda t: (t.created, t.id))
+
+    def audio_path(self, take_id: str, prefer_denoised: bool = True) -> Path:
+        take = self.get(take_id)
+        if prefer_denoised and take.denoised and self.denoised_path(take_id).exists():
+            return self.denoised_path(take_id)
+        return self.wav_path(take_id)
+
+    def load_audio(self, take_id: str, prefer_denoised: bool = True) -> tuple[np.ndarray, int]:
+        import soundfile as sf
+
+        path = self.audio_path(take_id, prefer_denoised)
+        try:
+            audio, rate = sf.read(path, dtype="float32", always_2d=False)
+        except (OSError, RuntimeError) as exc:
+            raise TakeError(f"cannot read {path}: {exc}") from exc
+        return audio, int(rate)
+
+    # -- export ------------------------------------------------------------------------------------
+    def export(
+        self,
+        take_ids: Iterable[str],
+        folder: str | os.PathLike[str],
+        fmt: str = "wav16",
+        prefer_denoised: bool = True,
+    ) -> list:
+        """Export takes through the audio core (atomic; a free name instead of overwriting).
+
+        ``fmt`` is the audio core's format name: ``wav16`` (int16), ``wav32f`` (float) or ``flac``.
+        Returns the audio core's ExportResult per take (path, clipped-sample warnings).
+        """
+        from studio.audio.export import export_take
+
+        results = []
+        for take_id in take_ids:
+            take = self.get(take_id)
+            audio, rate = self.load_audio(take_id, prefer_denoised)
+            results.append(export_take(audio, Path(folder), take.name, fmt=fmt, sample_rate=rate))
+        return results

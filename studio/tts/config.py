@@ -1,0 +1,267 @@
+"""Read ``cosyvoice2.yaml`` (HyperPyYAML) with plain PyYAML and build our modules from it.
+
+HyperPyYAML tags become inert nodes (`Tagged`, `Ref`); references are resolved against the
+top-level keys, and `ModelConfig.build` turns a section into our own classes through
+`CLASS_TABLE`, never importing upstream code. Training-only sections are read but never built.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import operator
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from studio.tts.errors import ConfigError
+
+#: Upstream dotted names -> our implementations ("module:attribute"). Anything else is never built.
+CLASS_TABLE: dict[str, str] = {
+    "cosyvoice.llm.llm.Qwen2LM": "studio.tts.llm:Qwen2LM",
+    "cosyvoice.llm.llm.Qwen2Encoder": "studio.tts.llm:Qwen2Encoder",
+    "cosyvoice.utils.common.ras_sampling": "studio.tts.sampling:RasSampling",
+    "cosyvoice.flow.flow.CausalMaskedDiffWithXvec": "studio.tts.flow.flow:CausalMaskedDiffWithXvec",
+    "cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder":
+        "studio.tts.flow.encoder:UpsampleConformerEncoder",
+    "cosyvoice.flow.flow_matching.CausalConditionalCFM": "studio.tts.flow.cfm:CausalConditionalCFM",
+    "cosyvoice.flow.decoder.CausalConditionalDecoder": "studio.tts.flow.estimator:CausalConditionalDecoder",
+    "cosyvoice.hifigan.generator.HiFTGenerator": "studio.tts.hift:HiFTGenerator",
+    "cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor": "studio.tts.hift:ConvRNNF0Predictor",
+    "omegaconf.DictConfig": "studio.tts.config:AttrDict",
+}
+
+#: Top-level sections the runtime builds; everything else (hifigan, data pipeline, optimisers) is ignored.
+MODEL_SECTIONS = ("llm", "flow", "hift")
+
+
+class AttrDict(dict):
+    """A dict that also answers attribute access: stands in for omegaconf's ``DictConfig``."""
+
+    def __init__(self, content: dict | None = None, **kwargs: Any):
+        super().__init__(content or {}, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+@dataclass
+class Tagged:
+    """A ``!new:``, ``!name:`` or ``!apply:`` node: what to call and with which arguments."""
+
+    kind: str  # "new" | "name" | "apply"
+    target: str
+    args: list
+    kwargs: dict
+
+
+@dataclass
+class Ref:
+    """A ``!ref`` node: ``<key>`` references, possibly inside arithmetic (``<a> * <b>``) or text."""
+
+    expression: str
+
+
+class _HyperLoader(yaml.SafeLoader):
+    """PyYAML loader that keeps HyperPyYAML tags as `Tagged` / `Ref` nodes."""
+
+
+def _construct_tagged(kind: str):
+    def construct(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tagged:
+        if isinstance(node, yaml.MappingNode):
+            return Tagged(kind, suffix, [], loader.construct_mapping(node, deep=True))
+        if isinstance(node, yaml.SequenceNode):
+            return Tagged(kind, suffix, loader.construct_sequence(node, deep=True), {})
+        value = loader.construct_scalar(node)
+        return Tagged(kind, suffix, [value] if value not in ("", None) else [], {})
+
+    return construct
+
+
+def _construct_ref(loader: yaml.SafeLoader, node: yaml.Node) -> Ref:
+    return Ref(str(loader.construct_scalar(node)))
+
+
+for _kind in ("new", "name", "apply"):
+    _HyperLoader.add_multi_constructor(f"!{_kind}:", _construct_tagged(_kind))
+_HyperLoader.add_constructor("!ref", _construct_ref)
+# PyYAML reads "1e-06" as a string (YAML 1.1); HyperPyYAML (ruamel) reads it as a float.
+_HyperLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+_REF_PATTERN = re.compile(r"<([^<>]+)>")
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+               ast.Mod: operator.mod}
+
+
+def _evaluate_arithmetic(text: str) -> Any:
+    """Evaluate numbers joined by + - * / // ** % and parentheses; raise ValueError otherwise."""
+
+    def walk(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = walk(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        raise ValueError(text)
+
+    return walk(ast.parse(text, mode="eval"))
+
+
+class ModelConfig:
+    """The parsed yaml: plain values for scalars, `Tagged` nodes for objects, references resolved."""
+
+    def __init__(self, raw: dict, path: Path):
+        self.path = path
+        self._resolving: set[str] = set()
+        self.values: dict[str, Any] = {}
+        self._raw = raw
+        for key in raw:
+            self.values[key] = self._resolve_key(key)
+
+    # -- reference resolution -------------------------------------------------------------------
+    def _resolve_key(self, key: str) -> Any:
+        if key in self.values:
+            return self.values[key]
+        if key not in self._raw:
+            raise ConfigError(self.path, f"!ref <{key}> names a key the yaml does not define")
+        if key in self._resolving:
+            raise ConfigError(self.path, f"!ref <{key}> refers to itself")
+        self._resolving.add(key)
+        try:
+            value = self._resolve(self._raw[key])
+        finally:
+            self._resolving.discard(key)
+        self.values[key] = value
+        return value
+
+    def _lookup(self, dotted: str) -> Any:
+        head, *rest = re.split(r"[.\[\]]+", dotted.strip())
+        value = self._resolve_key(head)
+        for part in filter(None, rest):
+            value = value.kwargs[part] if isinstance(value, Tagged) else value[part]
+        return value
+
+    def _resolve(self, value: Any) -> Any:
+        if isinstance(value, Ref):
+            return self._resolve_ref(value.expression)
+        if isinstance(value, Tagged):
+            return Tagged(value.kind, value.target, self._resolve(value.args), self._resolve(value.kwargs))
+        if isinstance(value, dict):
+            return {k: self._resolve(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._resolve(v) for v in value]
+        return value
+
+    def _resolve_ref(self, expression: str) -> Any:
+        whole = _REF_PATTERN.fullmatch(expression.strip())
+        if whole:
+            return self._lookup(whole.group(1))
+        substituted = _REF_PATTERN.sub(lambda m: repr(self._lookup(m.group(1))), expression)
+        try:
+            return _evaluate_arithmetic(substituted)
+        except (ValueError, SyntaxError):
+            # String interpolation (e.g. "<dir>/file"): references become their text.
+            return _REF_PATTERN.sub(lambda m: str(self._lookup(m.group(1))), expression)
+
+    # -- access ---------------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.values.get("sample_rate", 24000))
+
+    @property
+    def chunk_size(self) -> int:
+        """Streaming hop in speech tokens (the flow's static chunk size)."""
+        return int(self.values.get("chunk_size", 25))
+
+    def section_kwargs(self, section: str) -> dict:
+        """The keyword arguments of a top-level ``!new:`` section, nested objects left as `Tagged`."""
+        node = self._section(section)
+        return dict(node.kwargs)
+
+    def _section(self, section: str) -> Tagged:
+        node = self.values.get(section)
+        if not isinstance(node, Tagged) or node.kind != "new":
+            raise ConfigError(self.path, f"expected a '{section}: !new:...' section")
+        return node
+
+    def build(self, section: str, factories: dict[str, Any] | None = None) -> Any:
+        """Construct a model section (``llm``, ``flow``, ``hift``) as our own classes.
+
+        ``factories`` overrides `CLASS_TABLE` entries (upstream dotted name -> callable), e.g. for
+        the builder or for tests.
+        """
+        if section not in MODEL_SECTIONS:
+            raise ConfigError(self.path, f"'{section}' is not a model section ({', '.join(MODEL_SECTIONS)})")
+        return self._instantiate(self._section(section), factories or {})
+
+    def _instantiate(self, value: Any, factories: dict[str, Any]) -> Any:
+        if isinstance(value, dict):
+            return {k: self._instantiate(v, factories) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._instantiate(v, factories) for v in value]
+        if not isinstance(value, Tagged):
+            return value
+        factory = factories.get(value.target) or _import_target(value.target, self.path)
+        args = self._instantiate(value.args, factories)
+        kwargs = self._instantiate(value.kwargs, factories)
+        if value.kind == "apply":
+            raise ConfigError(self.path, f"!apply:{value.target} inside a model section is not supported")
+        try:
+            return factory(*args, **kwargs)
+        except TypeError as exc:
+            raise ConfigError(self.path, f"cannot build {value.target} from the yaml's arguments: {exc}") from exc
+
+
+def _import_target(target: str, path: Path) -> Any:
+    spec = CLASS_TABLE.get(target)
+    if spec is None:
+        raise ConfigError(path, f"unknown class {target!r} in a model section (the runtime knows: "
+                                f"{', '.join(sorted(CLASS_TABLE))})")
+    module_name, attribute = spec.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def read_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ModelConfig:
+    """Parse ``cosyvoice2.yaml``; ``overrides`` replace top-level keys before references resolve."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(path, "missing: the model folder needs its cosyvoice2.yaml") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, f"cannot be read: {exc}") from exc
+    try:
+        raw = yaml.load(text, Loader=_HyperLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, f"is not valid yaml: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(path, "expected a mapping of hyperparameters at the top level")
+    raw.update(overrides or {})
+    config = ModelConfig(raw, path)
+    for section in MODEL_SECTIONS:
+        config._section(section)
+    return config

@@ -1,0 +1,286 @@
+"""The public CosyVoice2 API: upstream-compatible ``inference_*`` generators plus `CosyVoice2.synthesize`.
+
+Each request owns its state (tokens, streaming offsets, HiFT cache, random generators), runs its LM on a
+thread of its own, re-raises that thread's errors promptly, and stops and joins it when the caller closes
+the generator or sets ``spec.cancel``. Saved voices live in the user's data folder, never in the
+(possibly read-only) model folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from studio.tts.errors import BackendUnavailableError, SynthesisError
+from studio.tts.loader import SPK2INFO_FILE, load_model_folder, load_spk2info
+from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
+from studio.tts.token2wav import Token2WavStream
+
+__all__ = ["CosyVoice2", "SynthesisSpec"]
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+END_OF_PROMPT = "<|endofprompt|>"
+
+
+def voices_dir(model_dir: Path) -> Path:
+    """Where this model folder's saved voices go: ``$STUDIO_DATA_DIR`` or the user data dir, per folder."""
+    base = os.environ.get("STUDIO_DATA_DIR")
+    if not base:
+        import platformdirs
+
+        base = platformdirs.user_data_dir("cosyvoice-studio", appauthor=False)
+    key = hashlib.sha1(str(model_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(base).expanduser() / "voices" / f"{model_dir.name}-{key}"
+
+
+def _vllm_factory():
+    """H7's `create_vllm_backend`, or a clear error when the vLLM backend cannot be imported."""
+    try:
+        from studio.tts.vllm_llm import create_vllm_backend
+    except ImportError as exc:
+        raise BackendUnavailableError(f"vLLM backend not available: {exc}") from exc
+    return create_vllm_backend
+
+
+@dataclass
+class _Prompt:
+    """The conditioning one request uses: LM prompt text/tokens and the flow's prompt."""
+
+    prompt_text_ids: list[int]
+    llm_speech_tokens: list[int]
+    flow_token: torch.Tensor  # [1, P] int32
+    flow_feat: torch.Tensor  # [1, 2P, 80]
+    embedding: torch.Tensor  # [1, 192]
+
+
+class CosyVoice2:
+    """CosyVoice2-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice2``."""
+
+    def __init__(self, model_dir: str | Path, load_jit: bool = False, load_trt: bool = False,
+                 load_vllm: bool = False, fp16: bool = False, **vllm_options: Any):
+        if load_jit or load_trt:
+            log.warning("load_jit/load_trt are not supported by this runtime; using PyTorch modules")
+        self.model_dir = Path(model_dir)
+        create_vllm_backend = _vllm_factory() if load_vllm else None  # fail fast, before loading weights
+        self.model = load_model_folder(self.model_dir, fp16=fp16)
+        self.fp16 = self.model.fp16
+        self.sample_rate = self.model.config.sample_rate
+        self.token_hop_len = self.model.config.chunk_size
+        self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
+        self.spk2info: dict[str, dict] = {**self.model.spk2info, **load_spk2info(self.voices_file)}
+        self._voices_lock = threading.Lock()
+        if create_vllm_backend is not None:
+            self.backend = create_vllm_backend(self.model.llm, self.model_dir, **vllm_options)
+            self.backend_name = "vllm"
+        else:
+            from studio.tts.llm import TorchTokenBackend
+
+            self.backend = TorchTokenBackend(self.model.llm)
+            self.backend_name = "pytorch"
+
+    # -- saved voices ------------------------------------------------------------------------------
+    def list_available_spks(self) -> list[str]:
+        return list(self.spk2info)
+
+    def add_zero_shot_spk(self, prompt_text: str, prompt_wav: Any, zero_shot_spk_id: str,
+                          prompt_sr: int | None = None) -> bool:
+        """Remember a voice (prompt features and transcript) under ``zero_shot_spk_id``."""
+        if not zero_shot_spk_id:
+            raise SynthesisError("a saved voice needs a non-empty id")
+        text_ids = self._encode(self._normalize(prompt_text, True))
+        tokens, feat, embedding = self._prompt_features(prompt_wav, prompt_sr)
+        token = torch.tensor([tokens], dtype=torch.int32)
+        entry = {
+            "prompt_text": torch.tensor([text_ids], dtype=torch.int32),
+            "prompt_text_len": torch.tensor([len(text_ids)], dtype=torch.int32),
+            "llm_prompt_speech_token": token, "llm_prompt_speech_token_len": torch.tensor([len(tokens)]),
+            "flow_prompt_speech_token": token, "flow_prompt_speech_token_len": torch.tensor([len(tokens)]),
+            "prompt_speech_feat": feat, "prompt_speech_feat_len": torch.tensor([feat.shape[1]]),
+            "llm_embedding": embedding, "flow_embedding": embedding,
+        }
+        with self._voices_lock:
+            self.spk2info[zero_shot_spk_id] = entry
+        return True
+
+    def save_spkinfo(self) -> Path:
+        """Write the saved voices to the user data folder (the model folder may be read-only)."""
+        self.voices_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.voices_file.with_suffix(".tmp")
+        with self._voices_lock:
+            torch.save(self.spk2info, tmp)
+        os.replace(tmp, self.voices_file)
+        return self.voices_file
+
+    # -- upstream-compatible entry points ------------------------------------------------------------
+    def inference_zero_shot(self, tts_text, prompt_text, prompt_wav, zero_shot_spk_id="", stream=False,
+                            speed=1.0, text_frontend=True, **extra) -> Iterator[dict]:
+        return self.synthesize(SynthesisSpec(
+            text=tts_text, mode="zero_shot", prompt_wav=None if zero_shot_spk_id else prompt_wav,
+            prompt_text=prompt_text, spk_id=zero_shot_spk_id, stream=stream, speed=speed,
+            text_frontend=text_frontend, **extra))
+
+    def inference_cross_lingual(self, tts_text, prompt_wav, zero_shot_spk_id="", stream=False, speed=1.0,
+                                text_frontend=True, **extra) -> Iterator[dict]:
+        return self.synthesize(SynthesisSpec(
+            text=tts_text, mode="cross_lingual", prompt_wav=None if zero_shot_spk_id else prompt_wav,
+            spk_id=zero_shot_spk_id, stream=stream, speed=speed, text_frontend=text_frontend, **extra))
+
+    def inference_instruct2(self, tts_text, instruct_text, prompt_wav, zero_shot_spk_id="", stream=False,
+                            speed=1.0, text_frontend=True, **extra) -> Iterator[dict]:
+        return self.synthesize(SynthesisSpec(
+            text=tts_text, mode="instruct2", prompt_wav=None if zero_shot_spk_id else prompt_wav,
+            instruct_text=instruct_text, spk_id=zero_shot_spk_id, stream=stream, speed=speed,
+            text_frontend=text_frontend, **extra))
+
+    def inference_instruct(self, *args, **kwargs):
+        raise NotImplementedError("inference_instruct is CosyVoice (v1) only; use inference_instruct2")
+
+    # -- the rich entry ------------------------------------------------------------------------------
+    def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
+        """Validate and prepare the request now (errors raise here), then return its chunk generator."""
+        spec.validate()
+        prompt = self._prepare_prompt(spec)
+        sentences = self._split(spec.text, spec.text_frontend)
+        return self._run(spec, prompt, sentences)
+
+    def _run(self, spec: SynthesisSpec, prompt: _Prompt, sentences: list[str]) -> Iterator[dict]:
+        seed = spec.seed if spec.seed is not None else secrets.randbits(31)
+        total_tokens = 0
+        for index, sentence in enumerate(sentences):
+            if spec.cancel is not None and spec.cancel.is_set():
+                return
+            chunks = self._sentence(spec, prompt, sentence, seed + index)
+            try:
+                for out in chunks:
+                    total_tokens += out.pop("_new_tokens")
+                    out["speech_tokens"] = total_tokens
+                    yield out
+            finally:
+                chunks.close()  # joins the sentence's LM thread even when our caller stops early
+
+    def _sentence(self, spec: SynthesisSpec, prompt: _Prompt, sentence: str, seed: int) -> Iterator[dict]:
+        llm = self.model.llm
+        text_ids = self._encode(sentence)
+        with torch.inference_mode():
+            embeds = llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0]
+        n_prompt = len(prompt.prompt_text_ids)
+        min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
+        ignore_stop = spec.exact_speech_tokens is not None
+        if ignore_stop:
+            min_len = max_len = int(spec.exact_speech_tokens)
+        cancel = LinkedEvent(spec.cancel)
+
+        def generate():
+            return self.backend.generate(embeds, min_len=min_len, max_len=max_len, sampling=llm.sampling,
+                                         seed=seed, cancel=cancel, ignore_stop=ignore_stop)
+
+        hift_generator = torch.Generator(device=self.model.device).manual_seed(seed)
+        stream = Token2WavStream(
+            flow=self.model.flow, hift=self.model.hift, prompt_token=prompt.flow_token,
+            prompt_feat=prompt.flow_feat, embedding=prompt.embedding, streaming=spec.stream,
+            speed=float(spec.speed), generator=hift_generator, fp16=self.fp16, token_hop_len=self.token_hop_len)
+        producer = SpeechTokenProducer(generate, cancel).start()
+        used = 0
+        try:
+            while spec.stream:
+                available = producer.wait_for(stream.tokens_needed())
+                if cancel.is_set():
+                    return
+                if not stream.ready(available):
+                    break
+                tokens = producer.snapshot()
+                speech, times = stream.chunk(tokens)
+                new, used = stream.token_offset - used, stream.token_offset
+                yield self._chunk(speech, times, producer.take_llm_seconds(), new)
+            producer.wait_for(None)
+            if cancel.is_set():
+                return
+            tokens = producer.snapshot()
+            speech, times = stream.finish(tokens)
+            yield self._chunk(speech, times, producer.take_llm_seconds(), len(tokens) - used)
+        finally:
+            producer.close()
+
+    @staticmethod
+    def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:
+        return {"tts_speech": speech.float().cpu(), "_new_tokens": new_tokens,
+                "timings": {"llm": llm_seconds, "flow": times.flow, "hift": times.hift}}
+
+    # -- request preparation ---------------------------------------------------------------------
+    def _prepare_prompt(self, spec: SynthesisSpec) -> _Prompt:
+        if spec.spk_id:
+            voice = self.spk2info.get(spec.spk_id)
+            if voice is None:
+                raise SynthesisError(f"unknown saved voice {spec.spk_id!r}; known: {', '.join(self.spk2info) or 'none'}")
+            needed = ("flow_prompt_speech_token", "prompt_speech_feat", "flow_embedding")
+            if any(key not in voice for key in needed):
+                raise SynthesisError(f"saved voice {spec.spk_id!r} has no prompt recording (not a zero-shot voice)")
+            flow_token = voice["flow_prompt_speech_token"].reshape(1, -1).to(torch.int32)
+            feat, embedding = voice["prompt_speech_feat"].float(), voice["flow_embedding"].float().reshape(1, -1)
+            cached_text = voice.get("prompt_text", torch.zeros(1, 0, dtype=torch.int32)).reshape(-1).tolist()
+            cached_tokens = voice.get("llm_prompt_speech_token", flow_token).reshape(-1).tolist()
+        else:
+            tokens, feat, embedding = self._prompt_features(spec.prompt_wav, spec.prompt_sr)
+            flow_token = torch.tensor([tokens], dtype=torch.int32)
+            cached_text, cached_tokens = None, tokens
+        if spec.mode == "zero_shot":
+            if spec.prompt_text.strip() or cached_text is None:
+                text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
+            else:
+                text_ids = cached_text
+            return _Prompt(text_ids, cached_tokens, flow_token, feat, embedding)
+        if spec.mode == "cross_lingual":
+            return _Prompt([], [], flow_token, feat, embedding)
+        # instruct2: the instruction always replaces the voice's transcript (upstream defect 5)
+        instruct = spec.instruct_text if spec.instruct_text.endswith(END_OF_PROMPT) else spec.instruct_text + END_OF_PROMPT
+        return _Prompt(self._encode(instruct), [], flow_token, feat, embedding)
+
+    def _prompt_features(self, prompt_wav: Any, prompt_sr: int | None):
+        """(speech tokens, flow mel [1, 2T, 80], speaker embedding [1, 192]) from a prompt recording."""
+        if isinstance(prompt_wav, torch.Tensor):
+            prompt_wav = prompt_wav.detach().float().cpu().numpy()
+        if not isinstance(prompt_wav, (str, Path, np.ndarray)):
+            raise SynthesisError(f"prompt_wav must be a path, a numpy array or a tensor, "
+                                 f"not {type(prompt_wav).__name__}")
+        sr = None if isinstance(prompt_wav, (str, Path)) else int(prompt_sr or 16000)
+        try:
+            features = self.model.frontend.prompt_features(prompt_wav, sr)
+        except ValueError as exc:
+            raise SynthesisError(f"unusable prompt recording: {exc}") from exc
+        tokens = features.speech_token.reshape(-1).tolist()
+        feat = features.speech_feat.float().reshape(1, -1, 80)
+        embedding = features.embedding.float().reshape(1, -1)
+        return tokens, feat, embedding
+
+    def _normalize(self, text: str, text_frontend: bool) -> str:
+        if not text.strip():
+            return ""
+        try:
+            return self.model.frontend.text.normalize(text, text_frontend=text_frontend)
+        except ValueError as exc:
+            raise SynthesisError(str(exc)) from exc
+
+    def _split(self, text: str, text_frontend: bool) -> list[str]:
+        try:
+            sentences = self.model.frontend.text.split(text, text_frontend=text_frontend)
+        except ValueError as exc:
+            raise SynthesisError(str(exc)) from exc
+        sentences = [s for s in sentences if s.strip()]
+        if not sentences:
+            raise SynthesisError("nothing to say: the text is empty after normalisation")
+        return sentences
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.model.frontend.text.encode(text)) if text else []

@@ -1,0 +1,249 @@
+"""The text-to-speech-token language model (upstream CosyVoice2's Qwen2LM) and its PyTorch token backend.
+
+`Qwen2LM` reproduces upstream's submodule names (`llm_embedding`, `llm.model`, `llm_decoder`,
+`speech_embedding`) so the official `llm.pt` loads with `strict=True`. `TorchTokenBackend` decodes speech
+tokens with a transformers `DynamicCache` (upstream's HF loop garbles on transformers 5), a per-request
+`torch.Generator` and a cancel event; the vLLM backend (tts/vllm_llm.py) follows the same `generate` protocol.
+
+Loading on the meta device: build `Qwen2LM` under `torch.device("meta")`, `load_state_dict(sd, strict=True,
+assign=True)`, move it to its device, then call `materialize_buffers()` (the rotary frequencies are not in
+the state dict and would stay on `meta`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from studio.tts.sampling import RasSampling
+
+if TYPE_CHECKING:
+    from transformers import Qwen2Config
+
+SOS_EOS_INDEX = 0  # rows of `llm_embedding`, as upstream
+TASK_ID_INDEX = 1
+
+
+def _load_qwen2_config(pretrain_path: str | Path) -> Qwen2Config:
+    from transformers import Qwen2Config
+
+    config_file = Path(pretrain_path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(
+            f"Qwen2 backbone config not found: {config_file} (expected the BlankEN config.json)"
+        )
+    try:
+        return Qwen2Config.from_json_file(str(config_file))
+    except (ValueError, OSError) as error:
+        raise ValueError(f"{config_file} is not a valid Qwen2 config.json: {error}") from error
+
+
+class Qwen2Encoder(nn.Module):
+    """The Qwen2 backbone: `.model` is a transformers `Qwen2ForCausalLM` built from config only (no weights).
+
+    `pretrain_path` is the yaml's key (the BlankEN folder; only its config.json is read); `config` may be
+    given instead. All weights come from `llm.pt`.
+    """
+
+    def __init__(self, pretrain_path: str | Path | None = None, config: Qwen2Config | None = None) -> None:
+        super().__init__()
+        from transformers import Qwen2ForCausalLM
+
+        if config is None:
+            if pretrain_path is None:
+                raise ValueError(
+                    "Qwen2Encoder needs pretrain_path (a folder with config.json) or a Qwen2Config"
+                )
+            config = _load_qwen2_config(pretrain_path)
+        self.model = Qwen2ForCausalLM(config)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    def embed_text(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.model.embed_tokens(token_ids)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def step(self, inputs_embeds: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Run [1, L, D] new positions through the backbone, extending `cache`; return the last hidden [1, D]."""
+        out = self.model.model(inputs_embeds=inputs_embeds, past_key_values=cache, use_cache=True)
+        return out.last_hidden_state[:, -1]
+
+    def materialize_buffers(self) -> None:
+        """Recompute the rotary frequencies on the weights' device (needed after building on `meta`)."""
+        from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+        backbone = self.model.model
+        with torch.device(backbone.embed_tokens.weight.device):
+            backbone.rotary_emb = Qwen2RotaryEmbedding(config=self.model.config)
+
+
+class Qwen2LM(nn.Module):
+    """Upstream CosyVoice2's LM: Qwen2 backbone + sos/task embeddings + speech-token embedding and head.
+
+    Takes the official yaml's keyword arguments; `sampling` is the yaml's default `RasSampling`.
+    Training-only arguments (`length_normalized_loss`, `lsm_weight`, `mix_ratio`) are accepted and ignored.
+    """
+
+    def __init__(
+        self,
+        llm_input_size: int,
+        llm_output_size: int,
+        speech_token_size: int,
+        llm: Qwen2Encoder,
+        sampling: RasSampling | None = None,
+        length_normalized_loss: bool = True,
+        lsm_weight: float = 0.0,
+        mix_ratio: Sequence[int] = (5, 15),
+    ) -> None:
+        super().__init__()
+        if llm.hidden_size != llm_input_size or llm.hidden_size != llm_output_size:
+            raise ValueError(
+                f"Qwen2LM: llm_input_size={llm_input_size} / llm_output_size={llm_output_size} do not match "
+                f"the backbone's hidden_size={llm.hidden_size}"
+            )
+        self.llm_input_size = llm_input_size
+        self.llm_output_size = llm_output_size
+        self.speech_token_size = speech_token_size
+        self.llm = llm
+        self.llm_embedding = nn.Embedding(2, llm_input_size)
+        self.llm_decoder = nn.Linear(llm_output_size, speech_token_size + 3)
+        self.speech_embedding = nn.Embedding(speech_token_size + 3, llm_input_size)
+        self.sampling = sampling if sampling is not None else RasSampling()
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """The three ids after the speech vocabulary; any of them ends decoding."""
+        return [self.speech_token_size + i for i in range(3)]
+
+    def materialize_buffers(self) -> None:
+        self.llm.materialize_buffers()
+
+    @torch.inference_mode()
+    def build_prompt_embeds(
+        self,
+        text: torch.Tensor | Sequence[int],
+        prompt_text: torch.Tensor | Sequence[int] = (),
+        prompt_speech_token: torch.Tensor | Sequence[int] = (),
+    ) -> torch.Tensor:
+        """`[sos] + embed(prompt_text + text) + [task] + speech_embedding(prompt_speech_token)` -> [1, L, D]."""
+        weight = self.speech_embedding.weight
+        text_ids = torch.cat([_as_ids(prompt_text, weight.device), _as_ids(text, weight.device)])
+        speech_ids = _as_ids(prompt_speech_token, weight.device)
+        if speech_ids.numel() and int(speech_ids.max()) >= self.speech_token_size:
+            raise ValueError(f"prompt speech tokens must be < {self.speech_token_size}")
+        parts = [
+            self.llm_embedding.weight[SOS_EOS_INDEX : SOS_EOS_INDEX + 1],
+            self.llm.embed_text(text_ids),
+            self.llm_embedding.weight[TASK_ID_INDEX : TASK_ID_INDEX + 1],
+            self.speech_embedding(speech_ids),
+        ]
+        return torch.cat([p.to(weight.dtype) for p in parts], dim=0).unsqueeze(0)
+
+    @staticmethod
+    def length_bounds(
+        text_len: int,
+        prompt_text_len: int,
+        min_token_text_ratio: float = 2,
+        max_token_text_ratio: float = 20,
+    ) -> tuple[int, int]:
+        """Upstream's bounds on the number of speech tokens: 2x .. 20x the target text tokens.
+
+        `text_len` counts ALL text tokens fed to the LM (prompt text + target text), as upstream's
+        `text_len` after it adds the prompt; the bounds use `text_len - prompt_text_len`.
+        """
+        target = int(text_len) - int(prompt_text_len)
+        if target < 0:
+            raise ValueError(f"text_len ({text_len}) must include prompt_text_len ({prompt_text_len})")
+        return int(target * min_token_text_ratio), int(target * max_token_text_ratio)
+
+    def speech_logp(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over speech tokens + stop ids (float32) from last hidden states [B, D]."""
+        return self.llm_decoder(hidden).float().log_softmax(dim=-1)
+
+
+def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
+    tensor = (
+        torch.as_tensor(ids, dtype=torch.long, device=device) if not isinstance(ids, torch.Tensor) else ids
+    )
+    return tensor.reshape(-1).to(device=device, dtype=torch.long)
+
+
+class TorchDecodeSession:
+    """One request's decoding state on the PyTorch backend: KV cache and the next-token log-probs."""
+
+    def __init__(self, lm: Qwen2LM, prompt_embeds: torch.Tensor) -> None:
+        if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != lm.llm_input_size:
+            raise ValueError(
+                f"prompt_embeds must be [L, {lm.llm_input_size}], got {tuple(prompt_embeds.shape)}"
+            )
+        self.lm = lm
+        self.cache = lm.llm.new_cache()
+        self._pending = prompt_embeds.unsqueeze(0)
+
+    @torch.inference_mode()
+    def logp(self) -> torch.Tensor:
+        """Feed what is pending through the backbone and return the next-token log-probs [V] (float32)."""
+        hidden = self.lm.llm.step(self._pending, self.cache)
+        return self.lm.speech_logp(hidden)[0]
+
+    @torch.inference_mode()
+    def feed(self, token: int) -> None:
+        """Queue a decoded speech token as the next input position."""
+        self._pending = self.lm.speech_embedding.weight[token].reshape(1, 1, -1)
+
+
+class TorchTokenBackend:
+    """Speech-token decoding with plain PyTorch + transformers (the reference-exact, any-device backend)."""
+
+    def __init__(self, llm: Qwen2LM) -> None:
+        self.llm = llm
+
+    def start(self, prompt_embeds: torch.Tensor) -> TorchDecodeSession:
+        return TorchDecodeSession(self.llm, prompt_embeds)
+
+    def generate(
+        self,
+        prompt_embeds: torch.Tensor,
+        *,
+        min_len: int,
+        max_len: int,
+        sampling: RasSampling,
+        seed: int | None,
+        cancel: threading.Event,
+        ignore_stop: bool = False,
+    ) -> Iterator[int]:
+        """Yield speech token ids until a stop id (after `min_len`), `max_len` tokens, or `cancel` is set."""
+        session = self.start(prompt_embeds)
+        generator = torch.Generator(device=prompt_embeds.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(int(seed))
+        stop_ids = self.llm.stop_token_ids
+        decoded: list[int] = []
+        for step in range(max_len):
+            if cancel.is_set():
+                return
+            logp = session.logp()
+            if ignore_stop or step < min_len:
+                token = sampling.sample_avoiding(logp, decoded, stop_ids, generator)
+            else:
+                token = sampling.sample(logp, decoded, generator)
+            if token in stop_ids:
+                return
+            if cancel.is_set():
+                return
+            yield token
+            decoded.append(token)
+            session.feed(token)

@@ -1,0 +1,223 @@
+"""Load a model folder laid out like CosyVoice2-0.5B into our own modules, strictly.
+
+Every problem with the folder (a missing, truncated or mismatched file) becomes a `ModelFolderError`
+that names the file and says what was expected, never a bare traceback. Nothing is written into the
+folder, so read-only folders work.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from studio.tts.config import ModelConfig, read_config
+from studio.tts.errors import ConfigError, MissingModelFileError, ModelFolderError
+
+log = logging.getLogger(__name__)
+
+YAML_FILE = "cosyvoice2.yaml"
+LLM_FILE = "llm.pt"
+FLOW_FILE = "flow.pt"
+HIFT_FILE = "hift.pt"
+CAMPPLUS_FILE = "campplus.onnx"
+SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2.onnx"
+SPK2INFO_FILE = "spk2info.pt"
+BLANKEN_DIR = "CosyVoice-BlankEN"
+BLANKEN_FILES = ("config.json", "vocab.json", "merges.txt", "tokenizer_config.json")
+REQUIRED_FILES = (YAML_FILE, LLM_FILE, FLOW_FILE, HIFT_FILE, CAMPPLUS_FILE, SPEECH_TOKENIZER_FILE,
+                  *(f"{BLANKEN_DIR}/{name}" for name in BLANKEN_FILES))
+_LISTED = 4  # how many keys an error message lists before "and N more"
+
+
+@dataclass
+class LoadedModel:
+    """Everything a CosyVoice2 model folder provides, loaded and on its device."""
+
+    model_dir: Path
+    config: ModelConfig
+    llm: Any  # studio.tts.llm.Qwen2LM
+    flow: Any  # studio.tts.flow.flow.CausalMaskedDiffWithXvec
+    hift: Any  # studio.tts.hift.HiFTGenerator
+    frontend: Any  # studio.tts.frontend.Frontend (tokenizer, campplus, speech tokenizer)
+    device: torch.device
+    fp16: bool
+    spk2info: dict = field(default_factory=dict)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_folder(model_dir: str | Path) -> Path:
+    """Return the folder as a Path, or raise `ModelFolderError` listing every required file it lacks."""
+    model_dir = Path(model_dir).expanduser()
+    if not model_dir.is_dir():
+        raise MissingModelFileError(model_dir, "model folder not found (expected a folder laid out like "
+                                               "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)")
+    missing = [name for name in REQUIRED_FILES if not (model_dir / name).is_file()]
+    if missing:
+        first = model_dir / missing[0]
+        others = f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise MissingModelFileError(first, f"missing from the model folder{others}")
+    return model_dir
+
+
+def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """``torch.load(weights_only=True)`` with errors that name the file."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError as exc:
+        raise MissingModelFileError(path, "missing from the model folder") from exc
+    except Exception as exc:  # truncated zip, pickle errors, unsafe content: all "cannot be read"
+        raise ModelFolderError(path, f"cannot be read as a PyTorch state dict (truncated or corrupt?): "
+                                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelFolderError(path, "expected a state dict (a mapping of names to tensors)")
+    return state
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def describe_mismatch(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """A short account of how a state dict differs from a module's (empty when it matches)."""
+    expected = module.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
+              for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s): {_listing(missing)}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
+    if shapes:
+        parts.append(f"{len(shapes)} shape mismatch(es): {_listing(shapes)}")
+    return "; ".join(parts)
+
+
+def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, *,
+                assign: bool = False, loader=None) -> None:
+    """Load ``state`` into ``module`` with strict matching; mismatches become a `ModelFolderError`."""
+    problem = describe_mismatch(module, state) if loader is None else ""
+    if problem:
+        raise ModelFolderError(path, f"does not match {YAML_FILE}: {problem}")
+    try:
+        if loader is not None:
+            loader(module, state)
+        else:
+            module.load_state_dict(state, strict=True, assign=assign)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise ModelFolderError(path, f"does not match {YAML_FILE}: {str(exc).strip()[:600]}") from exc
+
+
+def _build(config: ModelConfig, section: str, path: Path) -> torch.nn.Module:
+    try:
+        return config.build(section)
+    except ModelFolderError:
+        raise
+    except (FileNotFoundError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(config.path, f"cannot build '{section}': {exc}") from exc
+
+
+def _open(path: Path, what: str, factory):
+    try:
+        return factory(path)
+    except ModelFolderError:
+        raise
+    except Exception as exc:  # onnxruntime and tokenizers raise their own assorted errors
+        raise ModelFolderError(path, f"cannot be loaded as {what}: {type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+
+
+def load_llm(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
+    """Build Qwen2LM on the meta device (no memory for random weights), then take llm.pt's tensors."""
+    path = model_dir / LLM_FILE
+    with torch.device("meta"):
+        llm = _build(config, "llm", path)
+    state = read_state_dict(path, device)
+    load_strict(llm, state, path, assign=True)
+    llm.float()
+    llm.materialize_buffers()
+    return llm.to(device).eval()
+
+
+def load_flow(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
+    path = model_dir / FLOW_FILE
+    flow = _build(config, "flow", path)
+    load_strict(flow, read_state_dict(path, "cpu"), path)
+    return flow.to(device).eval()
+
+
+def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
+    from studio.tts.hift import load_hift_state_dict
+
+    path = model_dir / HIFT_FILE
+    hift = _build(config, "hift", path)
+    state = read_state_dict(path, "cpu")
+    load_strict(hift, state, path, loader=load_hift_state_dict)
+    return hift.to(device).eval()
+
+
+def load_frontend(model_dir: Path, device: torch.device) -> Any:
+    """The tokenizer and the two ONNX models (onnxruntime's CUDA provider when the device is CUDA)."""
+    from studio.tts.frontend import Frontend, TextFrontend
+    from studio.tts.onnx_models import SpeakerEmbedder, SpeechTokenizer
+
+    use_cuda = device.type == "cuda"
+    return Frontend(
+        _open(model_dir / BLANKEN_DIR, "the Qwen2 tokenizer", TextFrontend),
+        _open(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model",
+              lambda path: SpeakerEmbedder(path, use_cuda=use_cuda)),
+        _open(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer",
+              lambda path: SpeechTokenizer(path, use_cuda=use_cuda)),
+        device,
+    )
+
+
+def load_spk2info(path: Path) -> dict:
+    """Saved voices in upstream's format (a dict of dicts of tensors); {} when the file is absent."""
+    if not path.is_file():
+        return {}
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelFolderError(path, f"cannot be read as saved voices: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelFolderError(path, "expected a mapping of voice ids to prompt features")
+    return data
+
+
+def load_model_folder(model_dir: str | Path, *, device: torch.device | str | None = None,
+                      fp16: bool = False) -> LoadedModel:
+    """Load the whole folder; ``fp16`` (CUDA only, as upstream) halves the LM and the flow."""
+    model_dir = check_folder(model_dir)
+    device = torch.device(device) if device is not None else default_device()
+    if fp16 and device.type != "cuda":
+        log.warning("fp16 needs a CUDA device; running in float32 on %s", device)
+        fp16 = False
+    config = read_config(model_dir / YAML_FILE, {"qwen_pretrain_path": str(model_dir / BLANKEN_DIR)})
+    llm = load_llm(model_dir, config, device)
+    flow = load_flow(model_dir, config, device)
+    hift = load_hift(model_dir, config, device)
+    if fp16:
+        llm.half()
+        flow.half()
+    frontend = load_frontend(model_dir, device)
+    return LoadedModel(
+        model_dir=model_dir,
+        config=config,
+        llm=llm,
+        flow=flow,
+        hift=hift,
+        frontend=frontend,
+        device=device,
+        fp16=fp16,
+        spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
+    )

@@ -1,0 +1,105 @@
+"""The two ONNX models of a CosyVoice2 folder, run by onnxruntime (CUDA provider when onnxruntime has it).
+
+`SpeakerEmbedder` (campplus.onnx): input `input` float32 [B, T, 80] mean-normalised Kaldi fbank -> [B, 192].
+`SpeechTokenizer` (speech_tokenizer_v2.onnx): `feats` float32 [1, 128, T] Whisper log-mel and `feats_length`
+int32 [1] -> `indices` [1, ceil(T / 4)] (25 Hz speech tokens). A missing, broken or mismatched file raises
+`OnnxModelError` naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from studio.tts.features import kaldi_fbank, whisper_log_mel
+
+SPEAKER_EMBEDDING_DIM = 192
+
+
+class OnnxModelError(ValueError):
+    """An ONNX file that is missing, unreadable, or does not have the official inputs and outputs."""
+
+
+def _session(path: Path, threads: int | None, use_cuda: bool):
+    import onnxruntime
+
+    if not path.is_file():
+        raise OnnxModelError(f"{path}: file not found")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    providers = ["CPUExecutionProvider"]
+    if use_cuda and "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    try:
+        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as error:  # onnxruntime raises its own exception types for bad protobufs and graphs
+        raise OnnxModelError(f"{path}: not a loadable ONNX model ({error})") from error
+
+
+def _check_io(path: Path, session, inputs: dict[str, int], output: str, what: str) -> None:
+    found = {i.name: i for i in session.get_inputs()}
+    for name, rank in inputs.items():
+        if name not in found or len(found[name].shape) != rank:
+            described = {n: list(i.shape) for n, i in found.items()}
+            raise OnnxModelError(
+                f"{path}: expected a {what} with input '{name}' of rank {rank}, found {described}"
+            )
+    outputs = [o.name for o in session.get_outputs()]
+    if output not in outputs:
+        raise OnnxModelError(f"{path}: expected a {what} with output '{output}', found {outputs}")
+
+
+class SpeakerEmbedder:
+    """campplus speaker embedding of 16 kHz audio (upstream's `_extract_spk_embedding`)."""
+
+    def __init__(self, path: str | Path, threads: int | None = None, use_cuda: bool = True) -> None:
+        self.path = Path(path)
+        self._session = _session(self.path, threads, use_cuda)
+        _check_io(
+            self.path,
+            self._session,
+            {"input": 3},
+            self._session.get_outputs()[0].name,
+            "campplus speaker model",
+        )
+
+    def run(self, fbank: torch.Tensor) -> torch.Tensor:
+        """Mean-normalised fbank [T, 80] -> embedding [1, 192] float32 (CPU)."""
+        feats = fbank.detach().float().cpu().numpy()[None]
+        embedding = self._session.run(None, {"input": feats})[0]
+        embedding = torch.from_numpy(np.asarray(embedding, dtype=np.float32)).reshape(1, -1)
+        if embedding.shape[1] != SPEAKER_EMBEDDING_DIM:
+            raise OnnxModelError(f"{self.path}: produced a {embedding.shape[1]}-d embedding, expected 192")
+        return embedding
+
+    def embed(self, wav16k: torch.Tensor) -> torch.Tensor:
+        """16 kHz waveform -> speaker embedding [1, 192]."""
+        fbank = kaldi_fbank(wav16k)
+        return self.run(fbank - fbank.mean(dim=0, keepdim=True))
+
+
+class SpeechTokenizer:
+    """speech_tokenizer_v2: 25 Hz speech tokens of 16 kHz audio (upstream's `_extract_speech_token`)."""
+
+    def __init__(self, path: str | Path, threads: int | None = None, use_cuda: bool = True) -> None:
+        self.path = Path(path)
+        self._session = _session(self.path, threads, use_cuda)
+        _check_io(self.path, self._session, {"feats": 3, "feats_length": 1}, "indices", "speech tokenizer")
+
+    def run(self, log_mel: torch.Tensor) -> torch.Tensor:
+        """Whisper log-mel [128, T] -> speech tokens [1, N] int32 (CPU)."""
+        if log_mel.dim() != 2 or log_mel.shape[0] != 128:
+            raise ValueError(f"SpeechTokenizer expects a [128, T] log-mel, got {tuple(log_mel.shape)}")
+        feats = log_mel.detach().float().cpu().numpy()[None]
+        length = np.array([feats.shape[2]], dtype=np.int32)
+        indices = self._session.run(["indices"], {"feats": feats, "feats_length": length})[0]
+        return torch.from_numpy(np.asarray(indices).astype(np.int32).reshape(1, -1))
+
+    def tokenize(self, wav16k: torch.Tensor) -> torch.Tensor:
+        """16 kHz waveform -> speech tokens [1, N] int32."""
+        return self.run(whisper_log_mel(wav16k))

@@ -1,0 +1,145 @@
+"""What one synthesis request asks for (`SynthesisSpec`), shared by the public API, the engine and benchmarks."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Modes of `CosyVoice2.synthesize`, named as upstream's ``inference_*`` methods.
+MODES = ("zero_shot", "cross_lingual", "instruct2")
+
+
+@dataclass
+class SynthesisSpec:
+    """One request: the text, how to voice it, and the knobs (stream, speed, seed, exact token count).
+
+    ``prompt_wav`` is a path or a mono float array (``prompt_sr`` gives its rate; arrays default to
+    16 kHz as upstream's ``prompt_speech_16k``); ``spk_id`` names a voice saved by ``add_zero_shot_spk``
+    and replaces the prompt audio (never the instruction). ``exact_speech_tokens`` makes the LM ignore
+    stop ids and produce exactly that many tokens per sentence (benchmarks). ``cancel`` stops the work
+    when set, like closing the generator.
+    """
+
+    text: str
+    mode: str = "zero_shot"
+    prompt_wav: Any = None
+    prompt_sr: int | None = None
+    prompt_text: str = ""
+    instruct_text: str = ""
+    spk_id: str = ""
+    stream: bool = False
+    speed: float = 1.0
+    seed: int | None = None
+    text_frontend: bool = True
+    exact_speech_tokens: int | None = None
+    cancel: threading.Event | None = field(default=None, compare=False)
+
+    def validate(self) -> None:
+        """Raise `SynthesisError` with a clear message when the request cannot be served."""
+        from studio.tts.errors import SynthesisError
+
+        if self.mode not in MODES:
+            raise SynthesisError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise SynthesisError("nothing to say: the text is empty")
+        if self.prompt_wav is None and not self.spk_id:
+            raise SynthesisError("a prompt recording (prompt_wav) or a saved voice (spk_id) is needed")
+        if isinstance(self.prompt_wav, (str, Path)) and not Path(self.prompt_wav).is_file():
+            raise SynthesisError(f"prompt recording not found: {self.prompt_wav}")
+        if self.mode == "zero_shot" and not self.spk_id and not self.prompt_text.strip():
+            raise SynthesisError("zero-shot needs the transcript of the prompt (prompt_text)")
+        if self.mode == "instruct2" and not self.instruct_text.strip():
+            raise SynthesisError("instruct2 needs an instruction (instruct_text)")
+        if not 0.25 <= float(self.speed) <= 4.0:
+            raise SynthesisError(f"speed {self.speed} is out of range (0.25 .. 4.0)")
+        if self.exact_speech_tokens is not None and int(self.exact_speech_tokens) < 1:
+            raise SynthesisError("exact_speech_tokens must be a positive number of tokens")
+
+
+class LinkedEvent(threading.Event):
+    """A cancel flag that also reads as set when the caller's own event is set."""
+
+    def __init__(self, parent: threading.Event | None = None):
+        super().__init__()
+        self._parent = parent
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self._parent is not None and self._parent.is_set())
+
+
+class SpeechTokenProducer:
+    """Runs a token backend's ``generate`` on its own thread and hands tokens to the caller's thread.
+
+    Errors in the thread are re-raised in the caller at its next wait; `close()` cancels the
+    backend and joins the thread, so abandoning a request leaves nothing running.
+    """
+
+    def __init__(self, generate, cancel: LinkedEvent, name: str = "cosyvoice2-llm"):
+        self._generate = generate  # a no-argument callable returning an iterator of token ids
+        self.cancel = cancel
+        self.tokens: list[int] = []
+        self.done = False
+        self.error: BaseException | None = None
+        self.llm_seconds = 0.0
+        self._condition = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> SpeechTokenProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import time
+
+        try:
+            started = time.perf_counter()
+            for token in self._generate():
+                now = time.perf_counter()
+                with self._condition:
+                    self.tokens.append(int(token))
+                    self.llm_seconds += now - started
+                    self._condition.notify_all()
+                started = time.perf_counter()
+                if self.cancel.is_set():
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            with self._condition:
+                self.error = exc
+        finally:
+            with self._condition:
+                self.done = True
+                self._condition.notify_all()
+
+    def wait_for(self, count: int | None) -> int:
+        """Block until ``count`` tokens exist (None: until the LM ends); return how many there are.
+
+        Re-raises an error from the LM thread; returns early when the request is cancelled.
+        """
+        with self._condition:
+            while True:
+                if self.error is not None:
+                    raise self.error
+                if self.done or self.cancel.is_set():
+                    return len(self.tokens)
+                if count is not None and len(self.tokens) >= count:
+                    return len(self.tokens)
+                # the timeout only bounds how late an external cancel is noticed
+                self._condition.wait(timeout=0.05)
+
+    def take_llm_seconds(self) -> float:
+        """LM seconds accumulated since the last call (for per-chunk timings)."""
+        with self._condition:
+            seconds, self.llm_seconds = self.llm_seconds, 0.0
+        return seconds
+
+    def snapshot(self) -> list[int]:
+        with self._condition:
+            return list(self.tokens)
+
+    def close(self) -> None:
+        """Cancel the backend and wait for the thread to end."""
+        self.cancel.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()

@@ -1,0 +1,166 @@
+"""Speech tokens to waveform (flow then HiFT), with all streaming state owned by one request.
+
+`Token2WavStream` reproduces upstream CosyVoice2's chunking (hop 25 tokens, the first hop padded
+to align the prompt, 3 lookahead tokens, 8 cached mel frames, HiFT source cache and a Hamming
+cross-fade of the output) but keeps every piece of state on the request, applies ``speed`` in
+streaming too, and draws HiFT's randomness from the request's own generator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+TOKEN_HOP_LEN = 25
+MEL_CACHE_LEN = 8
+SAMPLES_PER_MEL_FRAME = 480
+SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
+
+
+@dataclass
+class StageTimes:
+    """Seconds spent per stage for one yielded chunk."""
+
+    flow: float = 0.0
+    hift: float = 0.0
+
+
+@dataclass
+class _HiftCache:
+    mel: torch.Tensor
+    source: torch.Tensor
+    speech: torch.Tensor
+
+
+@dataclass
+class Token2WavStream:
+    """One request's token-to-waveform state: the prompt, the offset reached, the HiFT cache.
+
+    Call `ready(n)` to learn whether ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)`
+    to render it, and `finish(tokens)` once the LM is done (also the whole job when not streaming).
+    """
+
+    flow: torch.nn.Module
+    hift: torch.nn.Module
+    prompt_token: torch.Tensor  # [1, P] int32
+    prompt_feat: torch.Tensor  # [1, 2P, 80]
+    embedding: torch.Tensor  # [1, 192]
+    streaming: bool
+    speed: float = 1.0
+    generator: torch.Generator | None = None
+    fp16: bool = False
+    token_hop_len: int = TOKEN_HOP_LEN
+    token_offset: int = 0
+    _cache: _HiftCache | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        prompt_len = int(self.prompt_token.shape[1])
+        self.prompt_pad = math.ceil(prompt_len / self.token_hop_len) * self.token_hop_len - prompt_len
+        self.lookahead = int(getattr(self.flow, "pre_lookahead_len", 3))
+        self.mel_ratio = int(getattr(self.flow, "token_mel_ratio", 2))
+        self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
+        self.device = next(self.flow.parameters()).device
+
+    # -- streaming schedule ----------------------------------------------------------------------
+    @property
+    def hop(self) -> int:
+        """Tokens the next streamed chunk advances by (the first one also covers the prompt pad)."""
+        return self.token_hop_len + self.prompt_pad if self.token_offset == 0 else self.token_hop_len
+
+    def tokens_needed(self) -> int:
+        """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
+        return self.token_offset + self.hop + self.lookahead
+
+    def ready(self, n_tokens: int) -> bool:
+        return self.streaming and n_tokens >= self.tokens_needed()
+
+    # -- rendering -------------------------------------------------------------------------------
+    def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
+        """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
+        end = self.tokens_needed()
+        speech, times = self._render(tokens[:end], finalize=False)
+        self.token_offset += self.hop
+        return speech, times
+
+    def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
+        """Render everything after the last streamed chunk (the whole utterance when not streaming)."""
+        return self._render(tokens, finalize=True)
+
+    def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
+        times = StageTimes()
+        started = time.perf_counter()
+        mel = self._flow_mel(tokens, finalize)
+        times.flow = time.perf_counter() - started
+        started = time.perf_counter()
+        speech = self._vocode(mel, finalize)
+        times.hift = time.perf_counter() - started
+        return speech, times
+
+    def _autocast(self):
+        if self.fp16 and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return nullcontext()
+
+    @torch.inference_mode()
+    def _flow_mel(self, tokens: list[int], finalize: bool) -> torch.Tensor:
+        device = self.device
+        if not tokens:
+            return torch.zeros(1, 80, 0, device=device)
+        token = torch.tensor([tokens], dtype=torch.int32, device=device)
+        prompt_token = self.prompt_token.to(device)
+        prompt_feat = self.prompt_feat.to(device)
+        with self._autocast():
+            mel, _ = self.flow.inference(
+                token=token,
+                token_len=torch.tensor([token.shape[1]], dtype=torch.int32, device=device),
+                prompt_token=prompt_token,
+                prompt_token_len=torch.tensor([prompt_token.shape[1]], dtype=torch.int32, device=device),
+                prompt_feat=prompt_feat,
+                prompt_feat_len=torch.tensor([prompt_feat.shape[1]], dtype=torch.int32, device=device),
+                embedding=self.embedding.to(device),
+                streaming=self.streaming,
+                finalize=finalize,
+            )
+        mel = mel.float()[:, :, self.token_offset * self.mel_ratio :]
+        if self.speed != 1.0 and mel.shape[2] > 0:
+            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
+        return mel
+
+    @torch.inference_mode()
+    def _vocode(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
+        if self._cache is not None:
+            mel = torch.cat([self._cache.mel, mel], dim=2)
+            cache_source = self._cache.source
+        else:
+            cache_source = torch.zeros(1, 1, 0, device=mel.device)
+        if mel.shape[2] == 0:
+            return torch.zeros(1, 0)
+        speech, source = self.hift.inference(speech_feat=mel, cache_source=cache_source, generator=self.generator)
+        speech = speech.float().cpu()
+        if self._cache is not None:
+            speech = _cross_fade(speech, self._cache.speech, self.window)
+        if not finalize:
+            self._cache = _HiftCache(
+                mel=mel[:, :, -MEL_CACHE_LEN:],
+                source=source[:, :, -SOURCE_CACHE_LEN:],
+                speech=speech[:, -SOURCE_CACHE_LEN:],
+            )
+            speech = speech[:, :-SOURCE_CACHE_LEN]
+        return speech.contiguous()
+
+
+def _cross_fade(fade_in: torch.Tensor, fade_out: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """Blend the head of ``fade_in`` with the tail of ``fade_out`` (upstream's Hamming overlap)."""
+    overlap = window.shape[0] // 2
+    overlap = min(overlap, fade_in.shape[-1], fade_out.shape[-1])
+    if overlap == 0:
+        return fade_in
+    out = fade_in.clone()
+    out[..., :overlap] = fade_in[..., :overlap] * window[:overlap] + fade_out[..., -overlap:] * window[-overlap:]
+    return out

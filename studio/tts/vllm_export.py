@@ -1,0 +1,136 @@
+"""Export of the CosyVoice2 LM to a vLLM-loadable HF-style folder in the user cache directory.
+
+The folder is keyed by a hash of `llm.pt`, the backbone config and this exporter's version, so a
+stale export (other weights, older code) is never reused — upstream's trap. It is written into a
+temporary folder beside its final place and renamed into place, so a crash never leaves a half
+export that looks complete. The model folder itself is never written (it may be read-only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from studio.tts.vllm_plugin import ARCHITECTURE
+
+EXPORTER_VERSION = 1
+APP_NAME = "cosyvoice-studio"
+WEIGHTS_FILE = "model.safetensors"
+STAMP_FILE = "studio-export.json"
+# Keys of the official llm.pt (Qwen2LM state dict).
+BACKBONE_PREFIX = "llm.model.model."
+SPEECH_EMBEDDING = "speech_embedding.weight"
+DECODER_WEIGHT, DECODER_BIAS = "llm_decoder.weight", "llm_decoder.bias"
+
+
+class VllmExportError(RuntimeError):
+    """The LM weights could not be exported for vLLM (missing keys, unreadable llm.pt, disk full)."""
+
+
+def cache_root() -> Path:
+    """Studio cache folder: ``$STUDIO_CACHE_DIR`` or platformdirs' user cache dir."""
+    override = os.environ.get("STUDIO_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vllm_config_dict(qwen2_config: dict[str, Any], vocab_size: int, dtype: str) -> dict[str, Any]:
+    """The HF config vLLM reads: the BlankEN Qwen2 config with our architecture and speech vocab."""
+    config = {k: v for k, v in qwen2_config.items() if not k.startswith("_")}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "auto_map", "transformers_version"):
+        config.pop(key, None)
+    config.update(
+        architectures=[ARCHITECTURE],
+        model_type="qwen2",
+        vocab_size=vocab_size,
+        tie_word_embeddings=False,
+        torch_dtype=dtype,
+    )
+    return config
+
+
+def export_key(llm_pt: Path, qwen2_config: dict[str, Any]) -> str:
+    digest = hashlib.sha256()
+    digest.update(file_sha256(llm_pt).encode())
+    digest.update(json.dumps(qwen2_config, sort_keys=True, default=str).encode())
+    digest.update(f"exporter-{EXPORTER_VERSION}".encode())
+    return digest.hexdigest()[:24]
+
+
+def export_for_vllm(llm_pt: str | Path, qwen2_config: dict[str, Any], *, root: str | Path | None = None) -> Path:
+    """Return a folder vLLM can load for this `llm.pt`, exporting it first unless a fresh one exists.
+
+    `qwen2_config` is the backbone's HF config as a dict (CosyVoice-BlankEN/config.json).
+    """
+    llm_pt = Path(llm_pt)
+    if not llm_pt.is_file():
+        raise VllmExportError(f"llm.pt not found: {llm_pt}")
+    base = Path(root) if root is not None else cache_root() / "vllm-export"
+    target = base / f"{export_key(llm_pt, qwen2_config)}-v{EXPORTER_VERSION}"
+    if (target / STAMP_FILE).is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=base))
+    try:
+        _write_export(llm_pt, qwen2_config, staging)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / STAMP_FILE).is_file():  # not a concurrent exporter that won the race
+                raise
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, VllmExportError):
+            raise
+        raise VllmExportError(f"could not export {llm_pt} for vLLM into {base}: {exc}") from exc
+    shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    state = torch.load(llm_pt, map_location="cpu", weights_only=True, mmap=True)
+    missing = [k for k in (SPEECH_EMBEDDING, DECODER_WEIGHT, DECODER_BIAS) if k not in state]
+    layers = {k: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX + "layers.")}
+    norm = state.get(BACKBONE_PREFIX + "norm.weight")
+    if missing or not layers or norm is None:
+        raise VllmExportError(
+            f"{llm_pt} is not a CosyVoice2 Qwen2LM state dict (missing: {missing or 'backbone layers/norm'})"
+        )
+    vocab_size, hidden = state[SPEECH_EMBEDDING].shape
+    if tuple(state[DECODER_WEIGHT].shape) != (vocab_size, hidden):
+        raise VllmExportError(
+            f"llm_decoder {tuple(state[DECODER_WEIGHT].shape)} does not match speech_embedding "
+            f"{(vocab_size, hidden)} in {llm_pt}"
+        )
+    tensors = {"model." + k[len(BACKBONE_PREFIX) :]: v for k, v in layers.items()}
+    tensors["model.norm.weight"] = norm
+    tensors["model.embed_tokens.weight"] = state[SPEECH_EMBEDDING]
+    tensors["lm_head.weight"] = state[DECODER_WEIGHT]
+    tensors["lm_head.bias"] = state[DECODER_BIAS]
+    tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
+    dtype = str(norm.dtype).removeprefix("torch.")
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+    config = vllm_config_dict(qwen2_config, int(vocab_size), dtype)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    stamp = {"source": str(llm_pt.resolve()), "exporter_version": EXPORTER_VERSION, "dtype": dtype}
+    # The stamp is written last: its presence marks a complete export.
+    (folder / STAMP_FILE).write_text(json.dumps(stamp, indent=2))

@@ -1,0 +1,266 @@
+"""Speech-token decoding on vLLM: one stepping thread owns the engine and serves every request.
+
+`VllmTokenBackend.generate` follows the token-backend protocol of docs/ARCHITECTURE.md. Each request
+gets its own queue; the stepping thread adds and aborts requests, steps the engine while any is
+unfinished and routes new tokens (vLLM's DELTA outputs) to their queues. Cancelling (the event, or
+closing the generator) aborts the request in vLLM; an engine error reaches every waiting caller.
+Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs as a logits processor
+(tts/vllm_sampling.py) and vLLM draws from its distribution with the request's seed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from studio.tts.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    import torch
+
+    from studio.tts.sampling import RasSampling
+
+log = logging.getLogger(__name__)
+
+# The seed's knobs (settings + CLI) and the values used when the caller leaves one out.
+DEFAULT_VLLM_OPTIONS: dict[str, Any] = {
+    "gpu_memory_utilization": 0.2,
+    "max_num_seqs": 16,
+    "max_num_batched_tokens": 4096,
+    "enforce_eager": False,
+    "dtype": "auto",
+    "max_model_len": 4096,
+}
+CANCEL_POLL_S = 0.05
+
+
+class VllmBackendError(RuntimeError):
+    """The vLLM engine failed while serving a request (the original error is chained)."""
+
+
+class _Request:
+    __slots__ = ("request_id", "prompt", "params", "outputs")
+
+    def __init__(self, request_id: str, prompt: dict, params: Any):
+        self.request_id, self.prompt, self.params = request_id, prompt, params
+        self.outputs: queue.SimpleQueue = queue.SimpleQueue()
+
+
+class VllmTokenBackend:
+    """Token backend over a vLLM `LLMEngine`; thread-safe `generate`, `close()` shuts the engine down."""
+
+    def __init__(self, engine: Any, *, stop_token_ids: list[int], hidden_size: int, embed_dtype: torch.dtype):
+        self._engine = engine
+        self.stop_token_ids = list(stop_token_ids)
+        self.speech_vocab = min(self.stop_token_ids)
+        self.hidden_size = hidden_size
+        self.embed_dtype = embed_dtype
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._ids = itertools.count()
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vllm-stepper", daemon=True)
+        self._thread.start()
+
+    # ---- caller side -------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_embeds: torch.Tensor,
+        *,
+        min_len: int,
+        max_len: int,
+        sampling: RasSampling,
+        seed: int | None,
+        cancel: threading.Event,
+        ignore_stop: bool = False,
+    ) -> Iterator[int]:
+        """Yield speech token ids until a stop id (after `min_len`), `max_len` tokens, or `cancel`."""
+        if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != self.hidden_size:
+            raise ValueError(f"prompt_embeds must be [L, {self.hidden_size}], got {tuple(prompt_embeds.shape)}")
+        if max_len <= 0:
+            return
+        self._check_alive()
+        request = _Request(
+            f"tts-{next(self._ids)}",
+            {"prompt_embeds": prompt_embeds.detach().to("cpu", self.embed_dtype).contiguous()},
+            self._sampling_params(min_len, max_len, sampling, seed, ignore_stop),
+        )
+        self._inbox.put(("add", request))
+        produced, finished = 0, False
+        try:
+            while not cancel.is_set():
+                try:
+                    kind, payload = request.outputs.get(timeout=CANCEL_POLL_S)
+                except queue.Empty:
+                    if not self._thread.is_alive():
+                        raise VllmBackendError(f"the vLLM stepping loop has stopped: {self._failure}") from None
+                    continue
+                if kind == "error":
+                    finished = True
+                    raise VllmBackendError(f"vLLM failed on request {request.request_id}: {payload}") from payload
+                for token in payload:
+                    if token >= self.speech_vocab or cancel.is_set():
+                        return
+                    yield token
+                    produced += 1
+                    if produced >= max_len:
+                        return
+                if kind == "done":
+                    finished = True
+                    return
+        finally:
+            if not finished and not self._closed:
+                self._inbox.put(("abort", request))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Abort what is running, stop the stepping thread and shut the engine (and its processes) down."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(("stop", None))
+        self._thread.join(timeout)
+
+    def __enter__(self) -> VllmTokenBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_alive(self) -> None:
+        if self._closed:
+            raise VllmBackendError("the vLLM backend is closed")
+        if self._failure is not None:
+            raise VllmBackendError(f"the vLLM engine failed earlier: {self._failure}") from self._failure
+
+    def _sampling_params(self, min_len: int, max_len: int, sampling: RasSampling, seed: int | None,
+                         ignore_stop: bool) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from studio.tts.vllm_sampling import ras_extra_args
+
+        min_len = max_len if ignore_stop else min(min_len, max_len)
+        common = dict(max_tokens=max_len, stop_token_ids=self.stop_token_ids, seed=seed,
+                      output_kind=RequestOutputKind.DELTA, detokenize=False)
+        if sampling.top_k == 1:  # greedy, as the PyTorch path: argmax over non-stop ids before min_len
+            return SamplingParams(temperature=0.0, min_tokens=min_len, **common)
+        # RAS in the logits processor; it also masks stop ids before min_len (upstream's redraw).
+        extra = ras_extra_args(top_p=sampling.top_p, top_k=sampling.top_k, win_size=sampling.win_size,
+                               tau_r=sampling.tau_r, min_len=min_len, stop_token_ids=self.stop_token_ids)
+        return SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, extra_args=extra, **common)
+
+    # ---- stepping thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        live: dict[str, _Request] = {}
+        try:
+            while True:
+                block = not live
+                while True:
+                    try:
+                        kind, request = self._inbox.get(block=block)
+                    except queue.Empty:
+                        break
+                    block = False
+                    if kind == "stop":
+                        self._fail_all(live, VllmBackendError("the vLLM backend was closed"))
+                        return
+                    if kind == "add":
+                        try:
+                            self._engine.add_request(request.request_id, request.prompt, request.params)
+                            live[request.request_id] = request
+                        except Exception as exc:  # bad prompt or params: only this caller fails
+                            request.outputs.put(("error", exc))
+                    elif kind == "abort" and live.pop(request.request_id, None) is not None:
+                        self._engine.abort_request([request.request_id])
+                if live:
+                    self._step(live)
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("vLLM stepping loop failed")
+            self._fail_all(live, exc)
+        finally:
+            self._shutdown_engine()
+
+    def _step(self, live: dict[str, _Request]) -> None:
+        for output in self._engine.step():
+            request = live.get(output.request_id)
+            if request is None:
+                continue
+            tokens = list(output.outputs[0].token_ids) if output.outputs else []
+            if output.finished:
+                live.pop(output.request_id)
+                request.outputs.put(("done", tokens))
+            elif tokens:
+                request.outputs.put(("tokens", tokens))
+
+    def _fail_all(self, live: dict[str, _Request], exc: BaseException) -> None:
+        for request in live.values():
+            request.outputs.put(("error", exc))
+        live.clear()
+        while True:  # requests still waiting in the inbox must not wait forever
+            try:
+                kind, request = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add":
+                request.outputs.put(("error", exc))
+
+    def _shutdown_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        core = getattr(engine, "engine_core", None)
+        try:
+            if core is not None:
+                core.shutdown()
+        except Exception:  # shutting down; nothing the caller can do
+            log.warning("vLLM engine shutdown raised", exc_info=True)
+
+
+def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
+    """vLLM EngineArgs for an exported folder: prompt embeddings in, no tokenizer, RAS processor."""
+    from vllm import EngineArgs
+
+    from studio.tts.vllm_sampling import PROCESSOR_PATH
+
+    options = {**DEFAULT_VLLM_OPTIONS, **{k: v for k, v in vllm_options.items() if v is not None}}
+    return EngineArgs(
+        model=str(model_path),
+        skip_tokenizer_init=True,
+        enable_prompt_embeds=True,
+        logits_processors=[PROCESSOR_PATH],
+        disable_log_stats=True,
+        seed=0,
+        **options,
+    )
+
+
+def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
+    """Start a vLLM `LLMEngine` on an exported folder (the plugin registers our architecture)."""
+    try:
+        from vllm import LLMEngine
+    except ImportError as exc:
+        raise BackendUnavailableError(f"vLLM is not installed or fails to import: {exc}") from exc
+    from studio.tts.vllm_plugin import register
+
+    register()  # the entry point does this in vLLM's processes; here it only makes the name known early
+    return LLMEngine.from_engine_args(engine_args(model_path, **vllm_options))
+
+
+def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) -> VllmTokenBackend:
+    """Export `model_dir/llm.pt` (cached), start vLLM on it and return the token backend for `llm`.
+
+    `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
+    """
+    import torch
+
+    from studio.tts.vllm_export import export_for_vllm
+
+    export_dir = export_for_vllm(Path(model_dir) / "llm.pt", llm.llm.model.config.to_dict())
+    engine = start_engine(export_dir, **vllm_options)
+    dtype = engine.model_config.dtype if hasattr(engine, "model_config") else torch.float32
+    return VllmTokenBackend(engine, stop_token_ids=list(llm.stop_token_ids),
+                            hidden_size=int(llm.llm_input_size), embed_dtype=dtype)

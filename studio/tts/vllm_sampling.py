@@ -1,0 +1,113 @@
+"""Repetition-aware sampling (RAS) as a vLLM V1 logits processor, batched over requests.
+
+Upstream's RAS draws from the nucleus (top-p, top-k); if the draw occurred in the last `win_size`
+tokens at least `win_size * tau_r` times, it redraws from the full distribution. That is the mixture
+    P(y) = p_nuc(y) * [y not repeated] + (sum of p_nuc over repeated tokens) * p(y),
+which this processor writes as logits (log P) for vLLM's sampler to draw from at temperature 1. Before
+`min_len` tokens upstream redraws until no stop id comes out: P conditioned on "not a stop id", so
+stop ids are masked after the mixture. Requests without our `extra_args` key pass through untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+
+EXTRA_ARGS_KEY = "cosyvoice_ras"
+PROCESSOR_PATH = "studio.tts.vllm_sampling:RasLogitsProcessor"
+
+
+def ras_extra_args(*, top_p: float, top_k: int, win_size: int, tau_r: float, min_len: int,
+                   stop_token_ids: list[int]) -> dict:
+    """The SamplingParams.extra_args that switch RAS on for one request."""
+    return {EXTRA_ARGS_KEY: {"top_p": float(top_p), "top_k": int(top_k), "win_size": int(win_size),
+                             "tau_r": float(tau_r), "min_len": int(min_len),
+                             "stop_token_ids": [int(t) for t in stop_token_ids]}}
+
+
+class _RasRequest:
+    __slots__ = ("top_p", "top_k", "win_size", "threshold", "min_len", "stop_ids", "output_ids")
+
+    def __init__(self, args: dict, output_ids: list[int]):
+        self.top_p, self.top_k = args["top_p"], args["top_k"]
+        self.win_size = args["win_size"]
+        self.threshold = args["win_size"] * args["tau_r"]
+        self.min_len, self.stop_ids = args["min_len"], args["stop_token_ids"]
+        self.output_ids = output_ids  # vLLM's live list of this request's output tokens
+
+
+class RasLogitsProcessor(LogitsProcessor):
+    """Turns each RAS request's logits into log P of upstream's RAS draw (see the module doc)."""
+
+    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        self.requests: dict[int, _RasRequest] = {}
+
+    @classmethod
+    def validate_params(cls, sampling_params) -> None:
+        args = (sampling_params.extra_args or {}).get(EXTRA_ARGS_KEY)
+        if args is not None and (not 0.0 < args["top_p"] <= 1.0 or args["top_k"] < 1):
+            raise ValueError(f"invalid RAS parameters: {args}")
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.requests.pop(index, None)
+        for index, params, _prompt_ids, output_ids in batch_update.added:
+            args = (params.extra_args or {}).get(EXTRA_ARGS_KEY) if params is not None else None
+            if args is None:
+                self.requests.pop(index, None)
+            else:
+                self.requests[index] = _RasRequest(args, output_ids)
+        for a_index, b_index, direction in batch_update.moved:
+            a_entry = self.requests.pop(a_index, None)
+            b_entry = self.requests.pop(b_index, None)
+            if a_entry is not None:
+                self.requests[b_index] = a_entry
+            if b_entry is not None and direction == MoveDirectionality.SWAP:
+                self.requests[a_index] = b_entry
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.requests:
+            return logits
+        rows = [i for i in self.requests if i < logits.shape[0]]
+        if not rows:
+            return logits
+        reqs = [self.requests[i] for i in rows]
+        device = logits.device
+        row_index = torch.tensor(rows, device=device)
+        probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
+        vocab = probs.shape[-1]
+
+        # Nucleus: sorted descending, keep while the mass before a token is < top_p and rank < top_k.
+        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True, stable=True)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        top_p = torch.tensor([r.top_p for r in reqs], device=device).unsqueeze(1)
+        top_k = torch.tensor([r.top_k for r in reqs], device=device).unsqueeze(1)
+        ranks = torch.arange(vocab, device=device).unsqueeze(0)
+        keep = (mass_before < top_p) & (ranks < top_k)
+        keep[:, 0] = True
+        nucleus = torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs * keep)
+        nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
+
+        # Tokens repeated often enough in the window trigger a redraw from the full distribution.
+        width = max(r.win_size for r in reqs)
+        windows = [r.output_ids[-r.win_size:] if r.win_size > 0 else [] for r in reqs]
+        padded = [w + [-1] * (width - len(w)) for w in windows]
+        repeated = torch.zeros_like(probs, dtype=torch.bool)
+        if width > 0:
+            window = torch.tensor(padded, device=device, dtype=torch.long)
+            counts = torch.zeros_like(probs).scatter_add_(1, window.clamp(min=0), (window >= 0).float())
+            threshold = torch.tensor([r.threshold for r in reqs], device=device).unsqueeze(1)
+            repeated = counts >= threshold
+        redraw_mass = (nucleus * repeated).sum(dim=-1, keepdim=True)
+        mixture = nucleus * ~repeated + redraw_mass * probs
+
+        for row, req in enumerate(reqs):
+            if len(req.output_ids) < req.min_len and req.stop_ids:
+                mixture[row, [s for s in req.stop_ids if s < vocab]] = 0.0
+        logits[row_index] = torch.log(mixture).to(logits.dtype)
+        return logits

@@ -1,0 +1,88 @@
+"""doctor reports what it finds without crashing on a GPU-less machine; download fails fast offline."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from studio.cli import main
+from studio.commands import doctor
+
+
+def test_doctor_runs_and_says_what_it_found(tmp_path, capsys):
+    report = tmp_path / "doctor.json"
+    rc = main(["doctor", "--model", str(tmp_path / "no-model"), "--json", str(report)])
+    out = capsys.readouterr().out
+    checks = {c["name"]: c for c in json.loads(report.read_text())}
+    assert {"python", "torch", "vllm", "onnxruntime", "model"} <= set(checks)
+    assert checks["python"]["status"] == "pass"
+    assert checks["model"]["status"] == "fail" and "fix:" in out  # a missing folder fails, with a hint
+    assert rc == 1
+    for check in checks.values():
+        assert check["status"] in ("pass", "warn", "fail") and check["detail"]
+        assert f"{check['name']}: {check['detail']}" in out
+
+
+def test_doctor_model_folder_completeness(tmp_path):
+    for name in doctor.MODEL_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert doctor.check_model(str(tmp_path)).status == "pass"
+    (tmp_path / "flow.pt").unlink()
+    check = doctor.check_model(str(tmp_path))
+    assert check.status == "fail" and "flow.pt" in check.detail and check.hint
+
+
+def _rtx_5090():
+    from studio.gpu.nvml import GpuSnapshot
+
+    return GpuSnapshot(0, "NVIDIA GeForce RTX 5090", (12, 0), "575.51", 32 * 2**30, 2**30, 3)
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "cuda", "expected"),
+    [
+        ("2.6.0+cu124", "12.4", "needs torch >= 2.7 built for CUDA >= 12.8"),
+        ("2.8.0+cu126", "12.6", "needs torch >= 2.7 built for CUDA >= 12.8"),
+        ("2.13.0+cpu", None, "CPU-only build but a GPU is present"),
+    ],
+)
+def test_doctor_fails_torch_builds_that_cannot_drive_an_rtx_5090(monkeypatch, torch_version, cuda, expected):
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    (check,) = doctor.check_torch([_rtx_5090()])
+    assert check.status == "fail" and expected in check.detail and check.hint
+
+
+def test_doctor_accepts_a_matching_build(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", "2.8.0+cu128")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90", "sm_100", "sm_120"])
+    (check,) = doctor.check_torch([_rtx_5090()])
+    assert check.status == "pass" and "sm_120" in check.detail
+
+
+def test_download_fails_fast_with_a_clear_message(tmp_path, capsys):
+    start = time.monotonic()
+    rc = main(["download", "--to", str(tmp_path / "cv2"), "--timeout", "3"])
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert elapsed < 20
+    assert "could not be downloaded" in err and "huggingface_hub" in err and "fix:" in err
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("synth", "bench", "doctor", "download"):
+        assert name in out

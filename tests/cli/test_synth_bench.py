@@ -1,0 +1,80 @@
+"""synth writes a valid 24 kHz WAV and reports latency and RTF; bench reports per-concurrency statistics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import soundfile as sf
+
+from studio.cli import main
+from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+
+
+@pytest.fixture
+def prompt_wav(tmp_path):
+    path = tmp_path / "prompt.wav"
+    sf.write(path, synthetic_voice(22050, 3.0), 22050)  # not 16 kHz on purpose: synth resamples
+    return path
+
+
+def test_synth_writes_a_24k_wav_and_prints_latency_and_rtf(tmp_path, tiny_model_dir, prompt_wav, capsys):
+    out = tmp_path / "takes" / "hello.wav"
+    rc = main([
+        "synth", "--model", str(tiny_model_dir), "--text", "Hello there, studio.",
+        "--prompt-wav", str(prompt_wav), "--prompt-text", WARMUP_PROMPT_TEXT,
+        "--stream", "--seed", "4", "--tokens", "50", "--out", str(out),
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    info = sf.info(out)
+    assert info.samplerate == 24000 and info.channels == 1 and info.subtype == "PCM_16"
+    assert info.duration == pytest.approx(50 / 25, rel=0.05)  # 25 speech tokens per second
+    audio, _ = sf.read(out, dtype="float32")
+    assert audio.std() > 1e-4  # not silence
+    assert "backend: pytorch" in printed
+    assert "first-chunk latency:" in printed and "RTF:" in printed
+    assert "50 speech tokens" in printed
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model", "/nonexistent/model", "--prompt-wav", "p.wav"], "model folder not found"),
+        (["--prompt-text", "x"], "--prompt-wav"),
+        (["--prompt-wav", "/nonexistent/p.wav"], "p.wav"),
+    ],
+)
+def test_synth_bad_input_is_a_clear_error(tmp_path, tiny_model_dir, capsys, extra, message):
+    args = ["synth", "--text", "Hi.", "--out", str(tmp_path / "o.wav")] + extra
+    if "--model" not in extra:
+        args += ["--model", str(tiny_model_dir)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and "Traceback" not in err
+    assert not (tmp_path / "o.wav").exists()
+
+
+def test_bench_reports_each_concurrency_with_fixed_token_counts(tmp_path, tiny_model_dir, capsys):
+    report_path = tmp_path / "bench.json"
+    rc = main([
+        "bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--concurrency", "1,2",
+        "--runs", "1", "--tokens", "30", "--json", str(report_path),
+    ])  # fmt: skip
+    assert rc == 0
+    report = json.loads(report_path.read_text())
+    (backend,) = report["backends"]
+    assert backend["backend"] == "pytorch" and backend["warmup_seconds"] > 0
+    assert [level["concurrency"] for level in backend["levels"]] == [1, 2]
+    for level in backend["levels"]:
+        assert level["takes"] == level["concurrency"]
+        assert level["speech_tokens_per_take"] == 30
+        assert level["audio_seconds_per_take"] == pytest.approx(30 / 25, rel=0.05)
+        latency = level["first_chunk_latency_s"]
+        assert 0 < latency["min"] <= latency["avg"] <= latency["max"] and latency["p95"] <= latency["max"]
+        assert level["audio_seconds_per_second"]["avg"] > 0
+        assert sum(level["stage_share"].values()) == pytest.approx(1.0)
+        assert {"llm", "flow", "hift"} <= set(level["stage_seconds"])
+    assert backend["peak_vram_bytes"] is None  # no GPU here: reported as unknown, not zero
+    printed = capsys.readouterr().out
+    assert "pytorch  x1" in printed and "pytorch  x2" in printed

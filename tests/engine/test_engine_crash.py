@@ -1,0 +1,81 @@
+"""Failures of the real engine process: bad requests, a load error, SIGKILL mid-take, then a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from engine_helpers import collect_takes, finished_of, states_until
+
+from studio.engine.client import EngineClient, EngineError
+from studio.engine.protocol import AudioChunk, EngineState, Error, LoadModel, State, Synthesize, TakeFinished
+from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+
+PROMPT = synthetic_voice(16000, 2.0)
+
+
+def take(tokens: int, stream: bool = True) -> Synthesize:
+    return Synthesize(
+        "Hello there, studio.",
+        prompt_wav=PROMPT,
+        prompt_sr=16000,
+        prompt_text=WARMUP_PROMPT_TEXT,
+        stream=stream,
+        seed=5,
+        exact_speech_tokens=tokens,
+    )
+
+
+def next_of(client: EngineClient, kind: type, timeout: float = 60.0):
+    while True:
+        event = client.get_event(timeout=timeout)
+        assert event is not None, f"no {kind.__name__} within {timeout} s"
+        if isinstance(event, kind):
+            return event
+
+
+def test_sigkill_mid_take_is_a_crash_with_log_lines_and_restart_works(tmp_path, tiny_model_dir):
+    client = EngineClient(log_path=tmp_path / "engine.log")
+    first_hello = client.start()
+    try:
+        # before any model: a take is refused, the process stays up
+        early = client.synthesize(take(10))
+        refused = next_of(client, Error)
+        assert refused.request_id == early and "no model is loaded" in refused.message
+
+        # a bad folder: an Error and the ERROR state, then a good folder loads
+        client.load_model(LoadModel(str(tmp_path / "missing"), backend="pytorch", warmup=False))
+        failure = next_of(client, Error)
+        assert failure.request_id is None and "missing" in failure.message and failure.traceback
+        assert states_until(client, EngineState.ERROR)[-1].detail.startswith("load failed")
+        client.load_model(LoadModel(str(tiny_model_dir), backend="pytorch", warmup=False))
+        states_until(client, EngineState.READY)
+
+        # SIGKILL while a long take streams
+        request = take(3000)
+        client.synthesize(request)
+        while not isinstance(event := client.get_event(timeout=60), AudioChunk):
+            assert event is not None, "no audio chunk within 60 s"
+        os.kill(client.pid, signal.SIGKILL)
+        lost = next_of(client, Error, timeout=30)
+        assert lost.request_id == request.request_id and "SIGKILL" in lost.message
+        engine_error = next_of(client, Error, timeout=30)
+        assert engine_error.request_id is None and "SIGKILL" in engine_error.message
+        assert f"take {request.request_id}" in engine_error.traceback  # the engine's own last log lines
+        crashed = next_of(client, State, timeout=30)
+        assert crashed.state is EngineState.CRASHED and client.last_state.state is EngineState.CRASHED
+        with pytest.raises(EngineError, match="not running"):
+            client.synthesize(take(10))
+
+        # restart: a new process, the last model reloaded, and takes work again
+        hello = client.restart()
+        assert hello.pid != first_hello.pid and client.is_alive()
+        states_until(client, EngineState.READY)
+        again = take(30, stream=False)
+        per_take, _ = collect_takes(client, [client.synthesize(again)])
+        assert isinstance(per_take[again.request_id][-1], TakeFinished)
+        assert finished_of(per_take[again.request_id]).stats.speech_tokens == 30
+    finally:
+        client.shutdown()
+    assert not client.is_alive()

@@ -1,0 +1,94 @@
+"""Reading cosyvoice2.yaml: HyperPyYAML tags without upstream code, references, arithmetic, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.tts.config import AttrDict, Tagged, read_config
+from studio.tts.errors import ConfigError
+from studio.tts.yaml_template import FULL_DIMENSIONS, TINY_DIMENSIONS, render_yaml
+
+
+@pytest.fixture
+def official_yaml(tmp_path):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(FULL_DIMENSIONS))
+    return path
+
+
+def test_official_yaml_resolves_references_and_arithmetic(official_yaml):
+    config = read_config(official_yaml, {"qwen_pretrain_path": "/models/CosyVoice-BlankEN"})
+    llm = config["llm"]
+    assert isinstance(llm, Tagged) and llm.target == "cosyvoice.llm.llm.Qwen2LM"
+    assert llm.kwargs["llm_input_size"] == 896 and llm.kwargs["speech_token_size"] == 6561
+    assert llm.kwargs["llm"].kwargs["pretrain_path"] == "/models/CosyVoice-BlankEN"
+    assert config["get_tokenizer"].kwargs["token_path"] == "/models/CosyVoice-BlankEN"
+    estimator = config["flow"].kwargs["decoder"].kwargs["estimator"].kwargs
+    assert estimator["static_chunk_size"] == 25 * 2  # !ref <chunk_size> * <token_mel_ratio>
+    assert estimator["num_decoding_left_chunks"] == -1
+    cfm = config["flow"].kwargs["decoder"].kwargs["cfm_params"].kwargs["content"]
+    assert cfm["sigma_min"] == pytest.approx(1e-6) and isinstance(cfm["sigma_min"], float)
+    assert cfm["inference_cfg_rate"] == pytest.approx(0.7)
+    assert config["hift"].kwargs["sampling_rate"] == 24000
+    assert config["hifigan"].kwargs["generator"] == config["hift"]  # a reference to a whole section
+    assert config.sample_rate == 24000 and config.chunk_size == 25
+    assert config["train_conf"]["optim_conf"]["lr"] == pytest.approx(1e-5)
+
+
+def test_sections_build_our_classes(tmp_path):
+    from studio.tts.flow.flow import CausalMaskedDiffWithXvec
+    from studio.tts.hift import HiFTGenerator
+
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS))
+    config = read_config(path)
+    hift = config.build("hift")
+    assert isinstance(hift, HiFTGenerator) and type(hift).__module__.startswith("studio.")
+    flow = config.build("flow")
+    assert isinstance(flow, CausalMaskedDiffWithXvec)
+    assert flow.encoder.output_size() == 512 and flow.pre_lookahead_len == 3
+    with pytest.raises(ConfigError, match="not a model section"):
+        config.build("hifigan")  # training-only sections are never built
+
+
+def test_attrdict_reads_as_mapping_and_attributes():
+    params = AttrDict({"solver": "euler", "inference_cfg_rate": 0.7})
+    assert params.solver == params["solver"] == "euler"
+    with pytest.raises(AttributeError):
+        _ = params.missing
+
+
+def test_string_interpolation_and_override(tmp_path):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + "data_dir: /data\nlist_file: !ref <data_dir>/list.txt\n"
+                    "half: !ref <sample_rate> // 2\n")
+    config = read_config(path, {"data_dir": "/elsewhere"})
+    assert config["list_file"] == "/elsewhere/list.txt"
+    assert config["half"] == 12000
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("llm: [unclosed\n", "not valid yaml"),
+        ("- a\n- b\n", "mapping"),
+        ("a: !ref <nowhere>\nllm: 1\n", "nowhere"),
+        ("llm: !new:some.Unknown\nhift: !new:x.Z\n", "expected a .flow"),
+    ],
+)
+def test_bad_yaml_raises_config_error_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        read_config(path)
+    assert info.value.path == path
+
+
+def test_missing_yaml_and_unknown_class(tmp_path):
+    with pytest.raises(ConfigError, match="missing"):
+        read_config(tmp_path / "cosyvoice2.yaml")
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS).replace("cosyvoice.hifigan.generator.HiFTGenerator",
+                                                          "cosyvoice.hifigan.generator.Other"))
+    with pytest.raises(ConfigError, match="unknown class 'cosyvoice.hifigan.generator.Other'"):
+        read_config(path).build("hift")
