@@ -105,7 +105,7 @@ class DenoiseJob:
     """A submitted denoise request: watch ``progress``, call ``cancel()``, or ``wait()`` for it."""
 
     id: int
-    samples: np.ndarray
+    samples: np.ndarray | None
     sample_rate: int
     options: dict
     callback: Callback
@@ -272,6 +272,7 @@ class DenoiseWorker:
         try:
             self._ensure_child()
             self._conn.send((job.id, job.samples, job.sample_rate, job.options))
+            job.samples = None  # the child has its copy; do not hold the take twice
             while True:
                 if job.cancelled or self._stopping:
                     self._stop_child(kill=True)  # the only way to stop noisereduce mid-chunk

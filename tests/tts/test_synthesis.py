@@ -63,7 +63,10 @@ def test_exact_speech_tokens_and_speed(tiny_cosyvoice, prompt_wav16k):
 
 
 def test_text_is_split_into_sentences_with_a_yield_each(tiny_cosyvoice, prompt_wav16k):
-    outputs, speech = _run(tiny_cosyvoice, text="First one. Second one!", mode="cross_lingual",
+    text = "The quick brown fox jumps over the lazy dog near the river bank today. " * 6
+    pieces = tiny_cosyvoice.model.frontend.text.split(text)
+    assert len(pieces) == 2  # long text is cut into pieces of at most ~80 tokens
+    outputs, speech = _run(tiny_cosyvoice, text=text, mode="cross_lingual",
                            prompt_wav=prompt_wav16k, seed=1, exact_speech_tokens=12)
     assert len(outputs) == 2
     assert [o["speech_tokens"] for o in outputs] == [12, 24]
