@@ -25,16 +25,19 @@ def run_stream(backend, prompt, n_tokens, sampling, seed, out):
     cancel = threading.Event()
     start = time.perf_counter()
     stamps = []
-    for _ in backend.generate(prompt, min_len=0, max_len=n_tokens, sampling=sampling, seed=seed,
-                              cancel=cancel, ignore_stop=True):
+    for _ in backend.generate(
+        prompt, min_len=0, max_len=n_tokens, sampling=sampling, seed=seed, cancel=cancel, ignore_stop=True
+    ):
         stamps.append(time.perf_counter() - start)
     out.append(stamps)
 
 
 def measure(backend, prompt, concurrency, n_tokens, sampling):
     results: list[list[float]] = []
-    threads = [threading.Thread(target=run_stream, args=(backend, prompt, n_tokens, sampling, i, results))
-               for i in range(concurrency)]
+    threads = [
+        threading.Thread(target=run_stream, args=(backend, prompt, n_tokens, sampling, i, results))
+        for i in range(concurrency)
+    ]
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -45,8 +48,11 @@ def measure(backend, prompt, concurrency, n_tokens, sampling):
     first = sorted(r[0] for r in results)
     steps = [(r[-1] - r[0]) / max(len(r) - 1, 1) for r in results]
     return {
-        "concurrency": concurrency, "tokens": tokens, "wall_s": round(wall, 3),
-        "tokens_per_s": round(tokens / wall, 1), "audio_s_per_s_llm_only": round(tokens / wall / 25, 2),
+        "concurrency": concurrency,
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(tokens / wall, 1),
+        "audio_s_per_s_llm_only": round(tokens / wall / 25, 2),
         "first_token_ms_p50": round(1000 * statistics.median(first), 2),
         "first_token_ms_p95": round(1000 * first[min(len(first) - 1, int(0.95 * len(first)))], 2),
         "decode_ms_per_token_p50": round(1000 * statistics.median(steps), 3),
@@ -65,17 +71,20 @@ def torch_path(lm, prompt, n_tokens, sampling):
         torch.cuda.synchronize()
     start = time.perf_counter()
     stamps = []
-    for _ in backend.generate(prompt, min_len=0, max_len=n_tokens, sampling=sampling, seed=0,
-                              cancel=cancel, ignore_stop=True):
+    for _ in backend.generate(
+        prompt, min_len=0, max_len=n_tokens, sampling=sampling, seed=0, cancel=cancel, ignore_stop=True
+    ):
         stamps.append(time.perf_counter() - start)
-    return {"first_token_ms": round(1000 * stamps[0], 2),
-            "decode_ms_per_token": round(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), 3)}
+    return {
+        "first_token_ms": round(1000 * stamps[0], 2),
+        "decode_ms_per_token": round(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), 3),
+    }
 
 
 def main() -> None:
     import torch
-
     from random_lm import FULL_QWEN2, TINY_QWEN2, build_lm, write_llm_pt
+
     from studio.tts.sampling import RasSampling
     from studio.tts.vllm_llm import create_vllm_backend
 
@@ -97,16 +106,30 @@ def main() -> None:
     write_llm_pt(lm, work)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     t0 = time.perf_counter()
-    backend = create_vllm_backend(lm, work, dtype=args.dtype, enforce_eager=args.enforce_eager,
-                                  max_num_seqs=max(concurrencies), gpu_memory_utilization=0.3,
-                                  max_model_len=4096, max_num_batched_tokens=8192)
+    backend = create_vllm_backend(
+        lm,
+        work,
+        dtype=args.dtype,
+        enforce_eager=args.enforce_eager,
+        max_num_seqs=max(concurrencies),
+        gpu_memory_utilization=0.3,
+        max_model_len=4096,
+        max_num_batched_tokens=8192,
+    )
     startup = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randn(args.prompt_len, lm.llm_input_size, generator=gen).to(device) * 0.5
-    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-              "size": args.size, "vllm_dtype": args.dtype, "enforce_eager": args.enforce_eager,
-              "prompt_len": args.prompt_len, "tokens_per_stream": args.tokens,
-              "engine_start_s": round(startup, 1), "vllm": {}, "pytorch": {}}
+    result = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "size": args.size,
+        "vllm_dtype": args.dtype,
+        "enforce_eager": args.enforce_eager,
+        "prompt_len": args.prompt_len,
+        "tokens_per_stream": args.tokens,
+        "engine_start_s": round(startup, 1),
+        "vllm": {},
+        "pytorch": {},
+    }
     import vllm
 
     result["vllm_version"] = vllm.__version__
@@ -117,8 +140,10 @@ def main() -> None:
         print(name, json.dumps(result["vllm"][name], indent=None), flush=True)
     backend.close()
     lm = lm.to(getattr(torch, args.torch_dtype))
-    result["pytorch"] = {"dtype": args.torch_dtype,
-                         "ras_1_stream": torch_path(lm, prompt.to(lm.llm_decoder.weight.dtype), 100, RasSampling())}
+    result["pytorch"] = {
+        "dtype": args.torch_dtype,
+        "ras_1_stream": torch_path(lm, prompt.to(lm.llm_decoder.weight.dtype), 100, RasSampling()),
+    }
     print("pytorch", result["pytorch"], flush=True)
     Path(args.json).write_text(json.dumps(result, indent=2))
 

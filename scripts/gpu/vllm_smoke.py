@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vllm"))
 
 def main() -> int:
     import torch
-
     from random_lm import TINY_QWEN2, build_lm, write_llm_pt
+
     from studio.tts.llm import TorchTokenBackend
     from studio.tts.sampling import RasSampling
     from studio.tts.vllm_llm import create_vllm_backend
@@ -25,8 +25,15 @@ def main() -> int:
     lm = build_lm(TINY_QWEN2, device=device)
     work = Path(tempfile.mkdtemp(prefix="vllm-smoke-"))
     write_llm_pt(lm, work)
-    backend = create_vllm_backend(lm, work, dtype="float32", max_model_len=1024, max_num_seqs=8,
-                                  max_num_batched_tokens=1024, gpu_memory_utilization=0.1)
+    backend = create_vllm_backend(
+        lm,
+        work,
+        dtype="float32",
+        max_model_len=1024,
+        max_num_seqs=8,
+        max_num_batched_tokens=1024,
+        gpu_memory_utilization=0.1,
+    )
     prompt = lm.build_prompt_embeds([5, 6, 7, 8, 9], [1, 2], [10, 20, 30])[0].detach()
     cancel = threading.Event()
     kw = dict(min_len=5, max_len=60, seed=3, cancel=cancel)
@@ -34,8 +41,11 @@ def main() -> int:
     reference = list(TorchTokenBackend(lm).generate(prompt, sampling=RasSampling(top_k=1), **kw))
     ras = [list(backend.generate(prompt, sampling=RasSampling(), **kw)) for _ in range(2)]
     backend.close()
-    checks = {"greedy equals PyTorch": greedy == reference, "RAS repeats with a seed": ras[0] == ras[1],
-              "tokens produced": len(greedy) >= 5}
+    checks = {
+        "greedy equals PyTorch": greedy == reference,
+        "RAS repeats with a seed": ras[0] == ras[1],
+        "tokens produced": len(greedy) >= 5,
+    }
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'} {name}")
     if not checks["greedy equals PyTorch"]:

@@ -218,9 +218,8 @@ class HiFTGenerator(nn.Module):
         `cache_source` (the previous call's source tail) replaces the start of the new source so chunk
         edges join without glitches; randomness comes from `generator` when given.
         """
-        speech_feat = speech_feat.to(
-            self.conv_pre.bias.dtype
-        )  # inputs follow the weights (e.g. after .half())
+        # inputs follow the weights (e.g. after .half())
+        speech_feat = speech_feat.to(self.conv_pre.bias.dtype)
         f0 = self.f0_predictor(speech_feat)
         f0 = F.interpolate(f0[:, None].float(), scale_factor=float(self.upsample_scale), mode="nearest")
         source = self.m_source(f0.transpose(1, 2), generator).transpose(1, 2)
@@ -263,7 +262,9 @@ def load_hift_state_dict(
         prefix = key.rsplit(".", 1)[0] if key.endswith(".weight") else None
         if prefix and f"{prefix}.parametrizations.weight.original1" in wanted:
             weight = source.pop(key)  # fused weight into a weight-norm module: g = ||w||, v = w
-            norm = torch.linalg.vector_norm(weight.flatten(1), dim=1).view(-1, *[1] * (weight.dim() - 1))
+            norm = torch.linalg.vector_norm(weight.float().flatten(1), dim=1).view(
+                -1, *[1] * (weight.dim() - 1)
+            )
             source[f"{prefix}.parametrizations.weight.original0"] = norm
             source[f"{prefix}.parametrizations.weight.original1"] = weight
         elif key.endswith(".parametrizations.weight.original1"):
@@ -272,7 +273,7 @@ def load_hift_state_dict(
                 g = source.pop(f"{prefix}.parametrizations.weight.original0", None)
                 v = source.pop(key)
                 if g is not None:
-                    source[f"{prefix}.weight"] = torch._weight_norm(v, g, 0)
+                    source[f"{prefix}.weight"] = torch._weight_norm(v.float(), g.float(), 0)
     missing = sorted(wanted - set(source))
     unexpected = sorted(set(source) - wanted)
     if missing or unexpected:

@@ -73,7 +73,9 @@ def export_key(llm_pt: Path, qwen2_config: dict[str, Any]) -> str:
     return digest.hexdigest()[:24]
 
 
-def export_for_vllm(llm_pt: str | Path, qwen2_config: dict[str, Any], *, root: str | Path | None = None) -> Path:
+def export_for_vllm(
+    llm_pt: str | Path, qwen2_config: dict[str, Any], *, root: str | Path | None = None
+) -> Path:
     """Return a folder vLLM can load for this `llm.pt`, exporting it first unless a fresh one exists.
 
     `qwen2_config` is the backbone's HF config as a dict (CosyVoice-BlankEN/config.json).

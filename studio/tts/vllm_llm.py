@@ -64,6 +64,7 @@ class VllmTokenBackend:
         self._ids = itertools.count()
         self._failure: BaseException | None = None
         self._closed = False
+        self.num_live_requests = 0  # requests the engine still holds (updated by the stepping thread)
         self._thread = threading.Thread(target=self._run, name="vllm-stepper", daemon=True)
         self._thread.start()
 
@@ -81,7 +82,9 @@ class VllmTokenBackend:
     ) -> Iterator[int]:
         """Yield speech token ids until a stop id (after `min_len`), `max_len` tokens, or `cancel`."""
         if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != self.hidden_size:
-            raise ValueError(f"prompt_embeds must be [L, {self.hidden_size}], got {tuple(prompt_embeds.shape)}")
+            raise ValueError(
+                f"prompt_embeds must be [L, {self.hidden_size}], got {tuple(prompt_embeds.shape)}"
+            )
         if max_len <= 0:
             return
         self._check_alive()
@@ -98,11 +101,15 @@ class VllmTokenBackend:
                     kind, payload = request.outputs.get(timeout=CANCEL_POLL_S)
                 except queue.Empty:
                     if not self._thread.is_alive():
-                        raise VllmBackendError(f"the vLLM stepping loop has stopped: {self._failure}") from None
+                        raise VllmBackendError(
+                            f"the vLLM stepping loop has stopped: {self._failure}"
+                        ) from None
                     continue
                 if kind == "error":
                     finished = True
-                    raise VllmBackendError(f"vLLM failed on request {request.request_id}: {payload}") from payload
+                    raise VllmBackendError(
+                        f"vLLM failed on request {request.request_id}: {payload}"
+                    ) from payload
                 for token in payload:
                     if token >= self.speech_vocab or cancel.is_set():
                         return
@@ -137,21 +144,33 @@ class VllmTokenBackend:
         if self._failure is not None:
             raise VllmBackendError(f"the vLLM engine failed earlier: {self._failure}") from self._failure
 
-    def _sampling_params(self, min_len: int, max_len: int, sampling: RasSampling, seed: int | None,
-                         ignore_stop: bool) -> Any:
+    def _sampling_params(
+        self, min_len: int, max_len: int, sampling: RasSampling, seed: int | None, ignore_stop: bool
+    ) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         from studio.tts.vllm_sampling import ras_extra_args
 
         min_len = max_len if ignore_stop else min(min_len, max_len)
-        common = dict(max_tokens=max_len, stop_token_ids=self.stop_token_ids, seed=seed,
-                      output_kind=RequestOutputKind.DELTA, detokenize=False)
+        common = dict(
+            max_tokens=max_len,
+            stop_token_ids=self.stop_token_ids,
+            seed=seed,
+            output_kind=RequestOutputKind.DELTA,
+            detokenize=False,
+        )
         if sampling.top_k == 1:  # greedy, as the PyTorch path: argmax over non-stop ids before min_len
             return SamplingParams(temperature=0.0, min_tokens=min_len, **common)
         # RAS in the logits processor; it also masks stop ids before min_len (upstream's redraw).
-        extra = ras_extra_args(top_p=sampling.top_p, top_k=sampling.top_k, win_size=sampling.win_size,
-                               tau_r=sampling.tau_r, min_len=min_len, stop_token_ids=self.stop_token_ids)
+        extra = ras_extra_args(
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            win_size=sampling.win_size,
+            tau_r=sampling.tau_r,
+            min_len=min_len,
+            stop_token_ids=self.stop_token_ids,
+        )
         return SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, extra_args=extra, **common)
 
     # ---- stepping thread ---------------------------------------------------------------------------
@@ -179,6 +198,7 @@ class VllmTokenBackend:
                         self._engine.abort_request([request.request_id])
                 if live:
                     self._step(live)
+                self.num_live_requests = len(live)
         except BaseException as exc:
             self._failure = exc
             log.exception("vLLM stepping loop failed")
@@ -202,6 +222,7 @@ class VllmTokenBackend:
         for request in live.values():
             request.outputs.put(("error", exc))
         live.clear()
+        self.num_live_requests = 0
         while True:  # requests still waiting in the inbox must not wait forever
             try:
                 kind, request = self._inbox.get_nowait()
@@ -262,5 +283,9 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     export_dir = export_for_vllm(Path(model_dir) / "llm.pt", llm.llm.model.config.to_dict())
     engine = start_engine(export_dir, **vllm_options)
     dtype = engine.model_config.dtype if hasattr(engine, "model_config") else torch.float32
-    return VllmTokenBackend(engine, stop_token_ids=list(llm.stop_token_ids),
-                            hidden_size=int(llm.llm_input_size), embed_dtype=dtype)
+    return VllmTokenBackend(
+        engine,
+        stop_token_ids=list(llm.stop_token_ids),
+        hidden_size=int(llm.llm_input_size),
+        embed_dtype=dtype,
+    )

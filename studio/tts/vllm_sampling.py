@@ -17,12 +17,20 @@ EXTRA_ARGS_KEY = "cosyvoice_ras"
 PROCESSOR_PATH = "studio.tts.vllm_sampling:RasLogitsProcessor"
 
 
-def ras_extra_args(*, top_p: float, top_k: int, win_size: int, tau_r: float, min_len: int,
-                   stop_token_ids: list[int]) -> dict:
+def ras_extra_args(
+    *, top_p: float, top_k: int, win_size: int, tau_r: float, min_len: int, stop_token_ids: list[int]
+) -> dict:
     """The SamplingParams.extra_args that switch RAS on for one request."""
-    return {EXTRA_ARGS_KEY: {"top_p": float(top_p), "top_k": int(top_k), "win_size": int(win_size),
-                             "tau_r": float(tau_r), "min_len": int(min_len),
-                             "stop_token_ids": [int(t) for t in stop_token_ids]}}
+    return {
+        EXTRA_ARGS_KEY: {
+            "top_p": float(top_p),
+            "top_k": int(top_k),
+            "win_size": int(win_size),
+            "tau_r": float(tau_r),
+            "min_len": int(min_len),
+            "stop_token_ids": [int(t) for t in stop_token_ids],
+        }
+    }
 
 
 class _RasRequest:
@@ -41,6 +49,7 @@ class RasLogitsProcessor(LogitsProcessor):
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self.requests: dict[int, _RasRequest] = {}
+        self._batch: tuple | None = None  # per-batch tensors, rebuilt when the batch changes
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -54,6 +63,7 @@ class RasLogitsProcessor(LogitsProcessor):
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         if batch_update is None:
             return
+        self._batch = None
         for index in batch_update.removed:
             self.requests.pop(index, None)
         for index, params, _prompt_ids, output_ids in batch_update.added:
@@ -70,44 +80,61 @@ class RasLogitsProcessor(LogitsProcessor):
             if b_entry is not None and direction == MoveDirectionality.SWAP:
                 self.requests[a_index] = b_entry
 
+    def _batch_tensors(self, device: torch.device) -> tuple:
+        if self._batch is None:
+            rows = sorted(self.requests)
+            reqs = [self.requests[i] for i in rows]
+            column = lambda values: torch.tensor(values, device=device).unsqueeze(1)  # noqa: E731
+            self._batch = (
+                rows,
+                reqs,
+                torch.tensor(rows, device=device),
+                column([r.top_p for r in reqs]),
+                column([r.top_k for r in reqs]),
+                column([float(r.threshold) for r in reqs]),
+                max(r.top_k for r in reqs),
+                max(r.win_size for r in reqs),
+                sorted({s for r in reqs for s in r.stop_ids}),
+            )
+        return self._batch
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.requests:
             return logits
-        rows = [i for i in self.requests if i < logits.shape[0]]
-        if not rows:
-            return logits
-        reqs = [self.requests[i] for i in rows]
         device = logits.device
-        row_index = torch.tensor(rows, device=device)
+        rows, reqs, row_index, top_p, top_k, threshold, k_max, width, stop_ids = self._batch_tensors(device)
         probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
         vocab = probs.shape[-1]
 
-        # Nucleus: sorted descending, keep while the mass before a token is < top_p and rank < top_k.
-        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True, stable=True)
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        top_p = torch.tensor([r.top_p for r in reqs], device=device).unsqueeze(1)
-        top_k = torch.tensor([r.top_k for r in reqs], device=device).unsqueeze(1)
-        ranks = torch.arange(vocab, device=device).unsqueeze(0)
+        # Nucleus: sorted descending, keep while the mass before a token is < top_p and rank < top_k;
+        # only the top_k head can be kept, so a top-k replaces the full sort.
+        head_probs, head_ids = probs.topk(min(k_max, vocab), dim=-1, sorted=True)
+        mass_before = head_probs.cumsum(dim=-1) - head_probs
+        ranks = torch.arange(head_probs.shape[-1], device=device).unsqueeze(0)
         keep = (mass_before < top_p) & (ranks < top_k)
         keep[:, 0] = True
-        nucleus = torch.zeros_like(probs).scatter_(1, sorted_ids, sorted_probs * keep)
+        nucleus = torch.zeros_like(probs).scatter_(1, head_ids, head_probs * keep)
         nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
 
         # Tokens repeated often enough in the window trigger a redraw from the full distribution.
-        width = max(r.win_size for r in reqs)
-        windows = [r.output_ids[-r.win_size:] if r.win_size > 0 else [] for r in reqs]
-        padded = [w + [-1] * (width - len(w)) for w in windows]
-        repeated = torch.zeros_like(probs, dtype=torch.bool)
         if width > 0:
-            window = torch.tensor(padded, device=device, dtype=torch.long)
+            window = torch.full((len(reqs), width), -1, dtype=torch.long)
+            for row, req in enumerate(reqs):
+                recent = req.output_ids[-req.win_size :] if req.win_size > 0 else []
+                if recent:
+                    window[row, : len(recent)] = torch.as_tensor(recent, dtype=torch.long)
+            window = window.to(device, non_blocking=True)
             counts = torch.zeros_like(probs).scatter_add_(1, window.clamp(min=0), (window >= 0).float())
-            threshold = torch.tensor([r.threshold for r in reqs], device=device).unsqueeze(1)
             repeated = counts >= threshold
+        else:
+            repeated = (threshold <= 0).expand_as(probs)
         redraw_mass = (nucleus * repeated).sum(dim=-1, keepdim=True)
         mixture = nucleus * ~repeated + redraw_mass * probs
 
-        for row, req in enumerate(reqs):
-            if len(req.output_ids) < req.min_len and req.stop_ids:
-                mixture[row, [s for s in req.stop_ids if s < vocab]] = 0.0
+        short = [row for row, req in enumerate(reqs) if len(req.output_ids) < req.min_len]
+        if short and stop_ids:
+            stops = torch.tensor([s for s in stop_ids if s < vocab], device=device)
+            short_rows = torch.tensor(short, device=device)
+            mixture[short_rows.unsqueeze(1), stops.unsqueeze(0)] = 0.0
         logits[row_index] = torch.log(mixture).to(logits.dtype)
         return logits

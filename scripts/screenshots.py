@@ -1,0 +1,118 @@
+"""Drive the studio for screenshots (run through scripts/screenshots, under Xvfb): first-run panel, engine
+loading, a voice imported and cleaned, a take streaming, the take finished, and the settings dialog."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repo", type=Path, required=True)
+    parser.add_argument("--model", type=Path, help="model folder (default: build/reuse the tiny demo model)")
+    parser.add_argument("--backend", default="pytorch", choices=("pytorch", "vllm"))
+    parser.add_argument("--out", type=Path, help="folder for the PNGs (default: <repo>/shots)")
+    args = parser.parse_args()
+    out = args.out or args.repo / "shots"
+    out.mkdir(parents=True, exist_ok=True)
+    model = args.model or args.repo / ".cache" / "test-models" / "screenshots-tiny"
+    if not (model / "llm.pt").exists():
+        print(f"building the tiny demo model in {model} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "studio", "make-model", "--size", "tiny", str(model)], check=True)
+
+    import numpy as np
+    import soundfile as sf
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from studio.engine.protocol import EngineState
+    from studio.engine.warmup import synthetic_voice
+    from studio.gui.app import create_window
+    from studio.settings import Settings
+
+    app = QApplication(sys.argv)
+    app.setStyle("Fusion")
+
+    def pump(seconds: float) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
+        loop.exec()
+
+    import os as _os
+    if _os.environ.get("H6_REFDEBUG"):
+        probe = QTimer()
+        probe.timeout.connect(lambda: print("REF", sys.getrefcount(True), sys.getrefcount(False), flush=True))
+        probe.start(1000)
+
+    def wait_until(condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out waiting for {what}")
+            pump(0.05)
+
+    def shot(name: str) -> None:
+        pump(0.3)
+        path = out / f"{name}.png"
+        app.primaryScreen().grabWindow(0).save(str(path))
+        print(f"saved {path}", sys.getrefcount(True), sys.getrefcount(False), flush=True)
+
+    window = create_window(Settings(backend=args.backend))
+    window.show()
+    window.move(0, 0)
+    window.resize(1440, 870)
+    shot("01-first-run")
+
+    window.first_run.use_folder(str(model))  # what "Choose a model folder" does
+    window.start_engine()
+    wait_until(lambda: window.engine_status.state in (EngineState.LOADING, EngineState.WARMING), 120, "loading")
+    shot("02-engine-loading")
+    wait_until(lambda: window.engine_status.state == EngineState.READY, 600, "the engine")
+
+    voice = Path(window.settings.resolved_output_dir()).parent / "my-voice.wav"
+    rate = 44100
+    speech = 0.5 * synthetic_voice(rate, 6.0)
+    noise = 0.01 * np.random.default_rng(1).standard_normal(rate)
+    sf.write(voice, np.concatenate([noise, speech + 0.01, noise]).astype(np.float32), rate)
+    window.voice_panel.import_file(str(voice))
+    wait_until(lambda: window.voice_panel.current_prompt() is not None, 60, "the cleanup")
+    window.voice_panel.transcript.setText("A calm voice reads a few plain words aloud.")
+    window.voice_panel.save_voice("Calm narrator")
+    window.text_panel.editor.setPlainText(
+        "Welcome to the studio! [breath] Today we <strong>test</strong> streaming. [laughter]"
+    )
+    shot("03-voice-ready")
+
+    chunks = []
+    window.takes.sig_chunk.connect(lambda samples, _latency: chunks.append(samples))
+    window.text_panel.generate_button.click()
+    wait_until(lambda: len(chunks) >= 2 or not window.takes.busy, 600, "the first chunks")
+    shot("04-streaming")
+    wait_until(lambda: not window.takes.busy, 900, "the take")
+    window.preview.denoise.setChecked(True)
+    shot("05-take-finished")
+
+    window.text_panel.mode.setCurrentIndex(window.text_panel.mode.findData("instruct"))
+    window.text_panel.instruct.setText("Speak slowly and warmly, like a bedtime story")
+    window.text_panel.generate_button.click()
+    wait_until(lambda: not window.takes.busy, 900, "the second take")
+    window.takes_panel.tree.selectAll()
+    shot("06-two-takes")
+
+    from studio.gui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(window.settings, window)
+    dialog.show()
+    dialog.move(480, 120)
+    shot("07-settings")
+    dialog.close()
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Streaming on the tiny model: seamless chunks, speed, concurrency, error propagation, cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from studio.tts.cosyvoice2 import SynthesisSpec
+
+LLM_THREAD = "cosyvoice2-llm"
+TOKENS = 60  # with the 2 s prompt (50 tokens): first chunk at 25 + 0 pad + 3 lookahead, then 25 more
+
+
+def _spec(prompt, **kwargs) -> SynthesisSpec:
+    base = dict(text="Hello.", mode="cross_lingual", prompt_wav=prompt, prompt_sr=16000, seed=7,
+                exact_speech_tokens=TOKENS)
+    base.update(kwargs)
+    return SynthesisSpec(**base)
+
+
+def _llm_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == LLM_THREAD]
+
+
+def _chunks(model, spec) -> list[torch.Tensor]:
+    return [out["tts_speech"] for out in model.synthesize(spec)]
+
+
+class ScriptedBackend:
+    """Wraps the real backend: optional delay per token, an optional error after some tokens."""
+
+    def __init__(self, inner, fail_after: int | None = None, delay: float = 0.0):
+        self.inner, self.fail_after, self.delay = inner, fail_after, delay
+        self.raised_at: float | None = None
+        self.cancelled = threading.Event()
+
+    def generate(self, prompt_embeds, **kwargs):
+        cancel = kwargs["cancel"]
+        for count, token in enumerate(self.inner.generate(prompt_embeds, **kwargs)):
+            if self.fail_after is not None and count == self.fail_after:
+                self.raised_at = time.monotonic()
+                raise RuntimeError("injected LM failure")
+            time.sleep(self.delay)
+            if cancel.is_set():
+                self.cancelled.set()
+            yield token
+        if cancel.is_set():
+            self.cancelled.set()
+
+
+def test_streamed_chunks_join_without_gaps(tiny_cosyvoice, prompt_wav16k):
+    streamed = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True))
+    whole = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=False))
+    assert len(streamed) >= 2 and len(whole) == 1
+    joined = torch.cat(streamed, dim=1)
+    assert joined.shape == whole[0].shape  # same tokens -> same number of samples, nothing lost or doubled
+    assert torch.isfinite(joined).all() and joined.dtype == torch.float32
+    step = joined[0].diff().abs()
+    typical = torch.quantile(step, 0.999).item()
+    boundary = 0
+    for chunk in streamed[:-1]:
+        boundary += chunk.shape[1]
+        assert step[boundary - 2 : boundary + 1].max().item() <= 2 * typical + 1e-6  # no click at the join
+        assert joined[0, boundary - 240 : boundary + 240].abs().max() > 0  # no silent gap
+
+
+def test_speed_applies_when_streaming(tiny_cosyvoice, prompt_wav16k):
+    normal = torch.cat(_chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True)), dim=1)
+    fast = torch.cat(_chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, speed=2.0)), dim=1)
+    assert abs(fast.shape[1] - normal.shape[1] / 2) <= 2 * 480
+
+
+def test_concurrent_streams_with_seeds_equal_their_solo_runs(tiny_cosyvoice, prompt_wav16k):
+    specs = {"a": dict(seed=1, exact_speech_tokens=55), "b": dict(seed=2, exact_speech_tokens=65)}
+    solo = {k: _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, **v)) for k, v in specs.items()}
+    together: dict[str, list[torch.Tensor]] = {}
+    errors: list[BaseException] = []
+
+    def worker(key):
+        try:
+            together[key] = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, **specs[key]))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in specs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors and set(together) == set(specs)
+    for key in specs:
+        assert [c.shape for c in together[key]] == [c.shape for c in solo[key]]
+        for mine, alone in zip(together[key], solo[key]):
+            torch.testing.assert_close(mine, alone, rtol=0, atol=1e-5)
+    assert not _llm_threads()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_lm_error_reaches_the_caller_within_a_second(tiny_cosyvoice, prompt_wav16k, monkeypatch, stream):
+    backend = ScriptedBackend(tiny_cosyvoice.backend, fail_after=5)
+    monkeypatch.setattr(tiny_cosyvoice, "backend", backend)
+    with pytest.raises(RuntimeError, match="injected LM failure"):
+        _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=stream))
+    assert time.monotonic() - backend.raised_at < 1.0
+    assert not _llm_threads()
+
+
+def test_closing_a_stream_cancels_its_work(tiny_cosyvoice, prompt_wav16k, monkeypatch):
+    backend = ScriptedBackend(tiny_cosyvoice.backend, delay=0.02)
+    monkeypatch.setattr(tiny_cosyvoice, "backend", backend)
+    generator = tiny_cosyvoice.synthesize(_spec(prompt_wav16k, stream=True, exact_speech_tokens=2000))
+    first = next(generator)
+    assert first["tts_speech"].shape[1] > 0
+    generator.close()
+    assert not _llm_threads()  # close() joined the LM thread
+    assert backend.cancelled.is_set()
+
+
+def test_cancel_event_stops_a_request(tiny_cosyvoice, prompt_wav16k, monkeypatch):
+    monkeypatch.setattr(tiny_cosyvoice, "backend", ScriptedBackend(tiny_cosyvoice.backend, delay=0.02))
+    cancel = threading.Event()
+    generator = tiny_cosyvoice.synthesize(_spec(prompt_wav16k, stream=True, exact_speech_tokens=2000,
+                                                cancel=cancel))
+    next(generator)
+    cancel.set()
+    assert list(generator) == []  # ends without another chunk
+    assert not _llm_threads()
