@@ -42,11 +42,6 @@ def main() -> int:
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
 
-    import os as _os
-    if _os.environ.get("H6_REFDEBUG"):
-        probe = QTimer()
-        probe.timeout.connect(lambda: print("REF", sys.getrefcount(True), sys.getrefcount(False), flush=True))
-        probe.start(1000)
 
     def wait_until(condition, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -59,7 +54,7 @@ def main() -> int:
         pump(0.3)
         path = out / f"{name}.png"
         app.primaryScreen().grabWindow(0).save(str(path))
-        print(f"saved {path}", sys.getrefcount(True), sys.getrefcount(False), flush=True)
+        print(f"saved {path}", flush=True)
 
     window = create_window(Settings(backend=args.backend))
     window.show()

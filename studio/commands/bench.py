@@ -64,35 +64,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--text", default=BENCH_TEXT)
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    from studio.commands.vllm_flags import add_vllm_arguments
+
+    add_vllm_arguments(parser)
     parser.set_defaults(func=run)
 
 
 class VramSampler:
-    """Samples NVML memory of this process tree every 50 ms; ``peak`` in bytes (None without NVML)."""
+    """Samples GPU memory every 50 ms while a backend runs; ``peak`` in bytes (None without NVML).
+
+    Takes the larger of two readings: what NVML attributes to this process and its children (vLLM's
+    engine core), and how much the devices' used memory grew since the start (containers often hide
+    per-process numbers).
+    """
 
     def __init__(self) -> None:
         self.peak: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._baseline = 0
 
-    def _pids(self) -> set[int]:
+    @staticmethod
+    def _pids() -> set[int]:
         pids = {os.getpid()}
         try:
-            for entry in Path("/proc").iterdir():  # children (vLLM's engine core) on Linux
+            for entry in sorted(
+                Path("/proc").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0
+            ):
                 if entry.name.isdigit():
-                    stat = (entry / "stat").read_text().split(") ")[-1].split()
-                    if int(stat[1]) in pids:
+                    parent = int((entry / "stat").read_text().rsplit(") ", 1)[-1].split()[1])
+                    if parent in pids:
                         pids.add(int(entry.name))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             pass
         return pids
+
+    def _reading(self, query_gpus) -> int:
+        gpus = query_gpus()
+        pids = self._pids()
+        attributed = sum(mem for gpu in gpus for pid, mem in gpu.process_memory.items() if pid in pids)
+        grown = sum(gpu.memory_used for gpu in gpus) - self._baseline
+        return max(attributed, grown)
 
     def __enter__(self) -> VramSampler:
         try:
             from studio.gpu.nvml import query_gpus
 
-            query_gpus()
-        except Exception:  # noqa: BLE001 - no GPU: peak stays None
+            self._baseline = sum(gpu.memory_used for gpu in query_gpus())
+        except Exception:  # noqa: BLE001 - no GPU or no NVML: peak stays None
             return self
         self.peak = 0
         self._thread = threading.Thread(
@@ -103,9 +122,10 @@ class VramSampler:
 
     def _loop(self, query_gpus) -> None:
         while not self._stop.wait(0.05):
-            pids = self._pids()
-            used = sum(mem for gpu in query_gpus() for pid, mem in gpu.process_memory.items() if pid in pids)
-            self.peak = max(self.peak or 0, used)
+            try:
+                self.peak = max(self.peak or 0, self._reading(query_gpus))
+            except Exception:  # noqa: BLE001 - a failed reading is skipped
+                continue
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -181,7 +201,9 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
         )
 
     with VramSampler() as vram:
-        loaded = runner.load_model(args.model, backend, fp16=args.fp16)
+        from studio.commands.vllm_flags import vllm_options_from
+
+        loaded = runner.load_model(args.model, backend, fp16=args.fp16, vllm_options=vllm_options_from(args))
         try:
             result: dict = {
                 "backend_asked": backend,

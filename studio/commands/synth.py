@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fp16", action="store_true", help="half precision flow and vocoder (GPU)")
     parser.add_argument("--warmup", action="store_true", help="warm up first, so latency excludes cold start")
     parser.add_argument("--out", required=True, metavar="OUT.wav", help="where to write the WAV")
+    from studio.commands.vllm_flags import add_vllm_arguments
+
+    add_vllm_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -122,7 +125,11 @@ def _synth(args: argparse.Namespace) -> int:
         stream=args.stream,
         exact_speech_tokens=args.tokens,
     )
-    loaded = runner.load_model(args.model, "vllm" if args.vllm else "pytorch", fp16=args.fp16)
+    from studio.commands.vllm_flags import vllm_options_from
+
+    loaded = runner.load_model(
+        args.model, "vllm" if args.vllm else "pytorch", fp16=args.fp16, vllm_options=vllm_options_from(args)
+    )
     try:
         print(f"backend: {loaded.backend}" + (f" ({loaded.backend_reason})" if loaded.backend_reason else ""))
         print(f"model loaded in {loaded.load_seconds:.2f} s")

@@ -88,6 +88,7 @@ class EngineClient:
         self.start_timeout = start_timeout
         self.hello: Hello | None = None
         self.last_state: State | None = None
+        self.last_exitcode: int | None = None  # of the previous engine process, once it ended
         self._events: queue.Queue = queue.Queue()
         self._send_lock = threading.RLock()
         self._process: multiprocessing.Process | None = None
@@ -134,8 +135,8 @@ class EngineClient:
                 hello = events_read.recv()
             except (EOFError, OSError) as exc:
                 process.join(5)
-                lines = "\n".join(tail_lines(self.log_path, 20, process.pid))
-                raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{lines}") from exc
+                report = self.crash_report(process.pid, 20)
+                raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{report}") from exc
             if not isinstance(hello, Hello) or hello.protocol_version != PROTOCOL_VERSION:
                 self._kill()
                 raise EngineError(f"engine protocol mismatch: expected {PROTOCOL_VERSION}, got {hello!r}")
@@ -166,6 +167,7 @@ class EngineClient:
             self._requests.close()
             if self._reader is not None:
                 self._reader.join(10)
+            self.last_exitcode = process.exitcode
             process.close()
             self._process = self._requests = self._reader = None
 
@@ -261,18 +263,27 @@ class EngineClient:
             self._events.put(event)
         connection.close()
         process.join(10)
+        self.last_exitcode = process.exitcode
         stopped_cleanly = self._stopping and process.exitcode == 0
         if not stopped_cleanly:
             self._report_crash(process)
 
+    def crash_report(self, pid: int | None, count: int = 30) -> str:
+        """The engine's last log lines (of process ``pid``) and the last lines of its raw output."""
+        parts = [f"--- {self.log_path} ---", *tail_lines(self.log_path, count, pid)]
+        output = tail_lines(self.log_path.with_suffix(".out"), count // 2)
+        if output:
+            parts += [f"--- {self.log_path.with_suffix('.out')} (stdout/stderr) ---", *output]
+        return "\n".join(parts)
+
     def _report_crash(self, process: multiprocessing.Process) -> None:
         reason = describe_exit(process.exitcode)
-        lines = tail_lines(self.log_path, 30, process.pid)
-        log.error("%s; last log lines:\n%s", reason, "\n".join(lines))
+        report = self.crash_report(process.pid)
+        log.error("%s; last log lines:\n%s", reason, report)
         for request_id in sorted(self._open_takes):
             self._events.put(Error(request_id, f"take lost: {reason}"))
         self._open_takes.clear()
-        self._events.put(Error(None, f"{reason}. Last lines of {self.log_path}:", "\n".join(lines)))
+        self._events.put(Error(None, f"{reason}. The engine's last log lines are in the details.", report))
         crashed = State(EngineState.CRASHED, f"{reason}; restart the engine")
         self.last_state = crashed
         self._events.put(crashed)

@@ -13,6 +13,7 @@ import logging
 import logging.handlers
 import os
 import platform
+import sys
 import threading
 import time
 import traceback
@@ -29,6 +30,7 @@ from studio.engine.protocol import (
     Error,
     Hello,
     LoadModel,
+    Progress,
     Shutdown,
     State,
     Synthesize,
@@ -40,7 +42,8 @@ LOG_FORMAT = "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(m
 
 
 def setup_logging(log_path: str) -> Any:
-    """Log to a rotating file (and dump fatal-signal tracebacks there); returns the open fault file."""
+    """Log to a rotating file; send raw stdout/stderr (vLLM, C++ errors, fatal-signal tracebacks) to a
+    ``.out`` file beside it, rewritten at each start. Returns the open ``.out`` file."""
     path = Path(log_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
@@ -48,9 +51,22 @@ def setup_logging(log_path: str) -> Any:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    fault_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process's life
-    faulthandler.enable(fault_file)
-    return fault_file
+    output = open(output_path(path), "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives as long as the process
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    faulthandler.enable(output)
+    return output
+
+
+def output_path(log_path: Path) -> Path:
+    """Where the engine's raw stdout/stderr go (``engine.log`` -> ``engine.out``)."""
+    return log_path.with_suffix(".out")
 
 
 class Engine:
@@ -161,10 +177,21 @@ class Engine:
             self.send(AudioChunk(request.request_id, index, samples, SAMPLE_RATE))
             index += 1
 
+        def on_progress(tokens: int, audio_seconds: float) -> None:
+            total = request.exact_speech_tokens
+            fraction = min(1.0, tokens / total) if total else None
+            message = f"{audio_seconds:.1f} s of audio, {tokens} speech tokens"
+            self.send(Progress(request.request_id, message, fraction))
+
         log.info("take %s: %d characters, mode %s", request.request_id, len(request.text), request.mode)
         try:
             stats = runner.run_take(
-                loaded.model, request, cancel=cancel, on_chunk=on_chunk, backend=loaded.backend
+                loaded.model,
+                request,
+                cancel=cancel,
+                on_chunk=on_chunk,
+                on_progress=on_progress,
+                backend=loaded.backend,
             )
             log.info("take %s done: %s", request.request_id, stats)
             self.send(TakeFinished(request.request_id, stats))
@@ -210,7 +237,7 @@ class Engine:
 
 def engine_main(requests: Any, events: Any, log_path: str) -> None:
     """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
-    fault_file = setup_logging(log_path)
+    output = setup_logging(log_path)
     log.info("engine starting (pid %d, protocol %d)", os.getpid(), PROTOCOL_VERSION)
     engine = Engine(events)
     engine.send(
@@ -239,5 +266,5 @@ def engine_main(requests: Any, events: Any, log_path: str) -> None:
         log.info("engine exiting")
         logging.shutdown()
         faulthandler.disable()
-        fault_file.close()
+        output.close()
         events.close()

@@ -3,7 +3,7 @@
 Shared by the engine process, ``synth`` and ``bench`` so all three measure the same way:
 ``load_model()`` returns a ``LoadedModel`` (model, backend actually used, reason when it differs from the
 request); ``run_take()`` drives ``CosyVoice2.synthesize`` and returns ``TakeStats``, calling
-``on_chunk(samples_float32_24k)`` for every chunk. Torch and the runtime are imported lazily.
+``on_chunk(samples_float32_24k)`` for every chunk (and ``on_progress``). Torch and the runtime are imported lazily.
 """
 
 from __future__ import annotations
@@ -153,9 +153,13 @@ def run_take(
     *,
     cancel: threading.Event | None = None,
     on_chunk: Callable[[np.ndarray], None] | None = None,
+    on_progress: Callable[[int, float], None] | None = None,
     backend: str = "",
 ) -> TakeStats:
-    """Synthesise one take, streaming chunks to ``on_chunk``; stops early (cancelled=True) on ``cancel``."""
+    """Synthesise one take, streaming chunks to ``on_chunk``; stops early (cancelled=True) on ``cancel``.
+
+    ``on_progress(speech_tokens_so_far, audio_seconds_so_far)`` follows each chunk.
+    """
     cancel = cancel or threading.Event()
     spec = build_spec(request, cancel)
     start = time.perf_counter()
@@ -177,6 +181,8 @@ def run_take(
                 stages[stage] = stages.get(stage, 0.0) + float(seconds)
             if on_chunk is not None:
                 on_chunk(audio)
+            if on_progress is not None:
+                on_progress(tokens, samples / SAMPLE_RATE)
     finally:
         close = getattr(generator, "close", None)
         if close is not None:

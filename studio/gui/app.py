@@ -79,4 +79,23 @@ def run_studio(argv: list[str] | None = None) -> int:
         window.start_engine()
 
     QTimer.singleShot(0, on_shown)
+    close_on_signals(window)
     return app.exec()
+
+
+def close_on_signals(window) -> None:
+    """Ctrl+C or SIGTERM closes the window properly (engine shut down, settings saved)."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def request_close(signum, _frame) -> None:
+        log.info("signal %d: closing the studio", signum)
+        QTimer.singleShot(0, window.close)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, request_close)
+    # Python runs signal handlers only between bytecodes: wake the interpreter regularly
+    heartbeat = QTimer(window)
+    heartbeat.timeout.connect(lambda: None)
+    heartbeat.start(250)

@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 4)
         splitter.setStretchFactor(2, 3)
-        splitter.setSizes([340, 600, 420])
+        splitter.setSizes([330, 620, 460])
         self.studio_page = QWidget()
         QVBoxLayout(self.studio_page).addWidget(splitter)
         self.pages = QStackedWidget()

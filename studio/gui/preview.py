@@ -21,7 +21,7 @@ class PreviewPanel(QWidget):
         self.setObjectName("PreviewPanel")
         title = QLabel("Preview")
         title.setObjectName("PanelTitle")
-        self.waveform = WaveformView(color="#4fc3f7", height=150)
+        self.waveform = WaveformView(color="#4fc3f7", height=150, autoscale=True)
         self.stats = QLabel("Generate a take to hear it here.")
         self.stats.setObjectName("Stats")
         self.replay_button = QPushButton("▶ Replay")

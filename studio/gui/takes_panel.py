@@ -33,7 +33,7 @@ def describe_stats(take: Take) -> tuple[str, str]:
     """(first-chunk latency, real-time factor) of a take as short texts."""
     latency = take.stats.get("first_chunk_latency")
     rtf = take.stats.get("rtf")
-    return (f"{latency * 1000:.0f} ms" if isinstance(latency, (int, float)) else "–",
+    return (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "–",
             f"{rtf:.2f}" if isinstance(rtf, (int, float)) else "–")
 
 
@@ -59,7 +59,7 @@ class TakesPanel(QWidget):
         self.folder_label.setObjectName("Hint")
         self.tree = QTreeWidget()
         self.tree.setObjectName("TakesList")
-        self.tree.setHeaderLabels(["Take", "Length", "Latency", "RTF", ""])
+        self.tree.setHeaderLabels(["Take", "Length", "1st chunk", "RTF", ""])
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.sig_play.emit(item.data(0, _ID_ROLE)))
@@ -67,7 +67,7 @@ class TakesPanel(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((1, 52), (2, 60), (3, 44), (4, 22)):
+        for column, width in ((1, 54), (2, 60), (3, 46), (4, 22)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
             header.resizeSection(column, width)
 

@@ -29,8 +29,9 @@ def envelope(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndar
 class WaveformView(pg.PlotWidget):
     """Shows mono audio; ``append`` adds samples (a streamed take), ``set_audio`` replaces them."""
 
-    def __init__(self, parent=None, color: str = "#4fc3f7", height: int = 90):
+    def __init__(self, parent=None, color: str = "#4fc3f7", height: int = 90, autoscale: bool = False):
         super().__init__(parent, background=None)
+        self._autoscale = autoscale  # zoom quiet audio to its peak instead of full scale
         self.setFixedHeight(height)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMenuEnabled(False)
@@ -92,3 +93,6 @@ class WaveformView(pg.PlotWidget):
         self._upper.setData(times, highs)
         self._lower.setData(times, lows)
         self.setXRange(0.0, max(1.0, self.duration), padding=0.0)
+        if self._autoscale:
+            top = float(max(highs.max(initial=0.0), -lows.min(initial=0.0)))
+            self.setYRange(-max(top, 0.01), max(top, 0.01), padding=0.05)

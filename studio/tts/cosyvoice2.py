@@ -78,6 +78,7 @@ class CosyVoice2:
         self.fp16 = self.model.fp16
         self.sample_rate = self.model.config.sample_rate
         self.token_hop_len = self.model.config.chunk_size
+        self._llm_threads = 1 if self.model.device.type == "cpu" else None
         self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
         self.spk2info: dict[str, dict] = {**self.model.spk2info, **load_spk2info(self.voices_file)}
         self._voices_lock = threading.Lock()
@@ -191,7 +192,7 @@ class CosyVoice2:
             flow=self.model.flow, hift=self.model.hift, prompt_token=prompt.flow_token,
             prompt_feat=prompt.flow_feat, embedding=prompt.embedding, streaming=spec.stream,
             speed=float(spec.speed), generator=hift_generator, fp16=self.fp16, token_hop_len=self.token_hop_len)
-        producer = SpeechTokenProducer(generate, cancel).start()
+        producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
         used = 0
         try:
             while spec.stream:
@@ -236,10 +237,11 @@ class CosyVoice2:
             flow_token = torch.tensor([tokens], dtype=torch.int32)
             cached_text, cached_tokens = None, tokens
         if spec.mode == "zero_shot":
-            if spec.prompt_text.strip() or cached_text is None:
-                text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
-            else:
+            # as upstream, a saved voice brings its own transcript: it must match its speech tokens
+            if cached_text:
                 text_ids = cached_text
+            else:
+                text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
             return _Prompt(text_ids, cached_tokens, flow_token, feat, embedding)
         if spec.mode == "cross_lingual":
             return _Prompt([], [], flow_token, feat, embedding)

@@ -25,6 +25,32 @@ from studio.tts.sampling import RasSampling
 if TYPE_CHECKING:
     from transformers import Qwen2Config
 
+
+class _CudnnAttentionOff:
+    """Keep cuDNN attention off while any decode step runs: it builds a new graph for every KV length.
+
+    Measured on an H200 (full-size LM, bf16): 76 ms per token with cuDNN attention, 22 ms without it. The
+    switch is process-wide, so it is reference-counted across threads and restored when no step runs.
+    """
+
+    _lock = threading.Lock()
+    _users = 0
+    _saved = True
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if _CudnnAttentionOff._users == 0:
+                _CudnnAttentionOff._saved = torch.backends.cuda.cudnn_sdp_enabled()
+                torch.backends.cuda.enable_cudnn_sdp(False)
+            _CudnnAttentionOff._users += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            _CudnnAttentionOff._users -= 1
+            if _CudnnAttentionOff._users == 0:
+                torch.backends.cuda.enable_cudnn_sdp(_CudnnAttentionOff._saved)
+
+
 SOS_EOS_INDEX = 0  # rows of `llm_embedding`, as upstream
 TASK_ID_INDEX = 1
 
@@ -76,7 +102,11 @@ class Qwen2Encoder(nn.Module):
 
     def step(self, inputs_embeds: torch.Tensor, cache: Any) -> torch.Tensor:
         """Run [1, L, D] new positions through the backbone, extending `cache`; return the last hidden [1, D]."""
-        out = self.model.model(inputs_embeds=inputs_embeds, past_key_values=cache, use_cache=True)
+        if inputs_embeds.is_cuda:
+            with _CudnnAttentionOff():
+                out = self.model.model(inputs_embeds=inputs_embeds, past_key_values=cache, use_cache=True)
+        else:
+            out = self.model.model(inputs_embeds=inputs_embeds, past_key_values=cache, use_cache=True)
         return out.last_hidden_state[:, -1]
 
     def materialize_buffers(self) -> None:

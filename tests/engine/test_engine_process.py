@@ -7,7 +7,14 @@ import pytest
 from engine_helpers import chunks_of, collect_takes, finished_of, states_until
 
 from studio.engine.client import EngineClient
-from studio.engine.protocol import PROTOCOL_VERSION, SAMPLE_RATE, EngineState, LoadModel, Synthesize
+from studio.engine.protocol import (
+    PROTOCOL_VERSION,
+    SAMPLE_RATE,
+    EngineState,
+    LoadModel,
+    Progress,
+    Synthesize,
+)
 from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 PROMPT = synthetic_voice(16000, 2.0)
@@ -68,6 +75,8 @@ def test_a_stream_yields_ordered_chunks_and_stats(engine):
     assert 0 < stats.first_chunk_latency < stats.total_seconds
     assert stats.rtf == pytest.approx(stats.total_seconds / stats.audio_seconds)
     assert set(stats.stage_seconds) >= {"llm", "flow", "hift"}
+    progress = [e.fraction for e in per_take[request_id] if isinstance(e, Progress)]
+    assert len(progress) == len(chunks) and progress == sorted(progress) and progress[-1] == 1.0
 
 
 def test_cancel_mid_stream(engine):

@@ -175,3 +175,18 @@ def test_split_rejects_text_with_nothing_to_say(frontend, bad):
 def test_text_frontend_needs_a_tokenizer_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer_config.json"):
         TextFrontend(tmp_path)
+
+
+def test_normalisation_needs_no_network(monkeypatch):
+    import socket
+
+    from studio.tts.text_normalize import TextNormalizer
+
+    def no_network(*args, **kwargs):
+        raise OSError("network is off in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    normalizer = TextNormalizer()
+    assert normalizer.normalize("I paid 42 dollars.") == ("I paid forty two dollars.", "en")
+    assert normalizer.normalize("价格是25.5元") == ("价格是二十五点五元", "zh")

@@ -1,0 +1,80 @@
+"""CPU real-time factor of the tiny random-weight model (a benchmark, not a test).
+
+Builds the tiny folder if needed (``.cache/test-models/tiny-v<N>``), then synthesises a fixed number of
+speech tokens per take (``exact_speech_tokens``: a random LM rarely stops, so takes are compared like for
+like) and prints RTF = synthesis seconds / audio seconds, per stage, offline and streaming.
+
+    .venv/bin/python benchmarks/cpu_rtf_tiny.py [--tokens 250] [--repeats 3] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "tts"))
+
+
+def tiny_folder() -> Path:
+    from studio.tts.builder import BUILDER_VERSION, build_model_folder
+
+    folder = REPO / ".cache" / "test-models" / f"tiny-v{BUILDER_VERSION}"
+    if not (folder / "README.md").is_file():
+        build_model_folder(folder, size="tiny", seed=0, overwrite=True)
+    return folder
+
+
+def take(model, prompt, tokens: int, stream: bool, seed: int) -> dict:
+    from studio.tts.cosyvoice2 import SynthesisSpec
+
+    spec = SynthesisSpec(text="Hello, this is a benchmark of the studio.", mode="zero_shot", prompt_wav=prompt,
+                         prompt_sr=16000, prompt_text="A short prompt for the voice.", stream=stream, seed=seed,
+                         exact_speech_tokens=tokens)
+    started = time.perf_counter()
+    first = None
+    samples = 0
+    stages = {"llm": 0.0, "flow": 0.0, "hift": 0.0}
+    for out in model.synthesize(spec):
+        first = first if first is not None else time.perf_counter() - started
+        samples += out["tts_speech"].shape[1]
+        for stage, seconds in out["timings"].items():
+            stages[stage] += seconds
+    total = time.perf_counter() - started
+    audio = samples / model.sample_rate
+    return {"rtf": total / audio, "first": first, "audio": audio, **{k: v / audio for k, v in stages.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=250, help="speech tokens per take (25 per second)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    args = parser.parse_args()
+
+    import torch
+    from conftest import voiced_prompt
+
+    from studio.tts.cosyvoice2 import CosyVoice2
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    model = CosyVoice2(tiny_folder())
+    print(f"load {time.perf_counter() - started:.1f} s; torch threads {torch.get_num_threads()}")
+    prompt = voiced_prompt(3.0)
+    take(model, prompt, 30, stream=False, seed=0)  # warm-up: first calls build oneDNN kernels
+    for stream in (False, True):
+        runs = [take(model, prompt, args.tokens, stream, seed) for seed in range(args.repeats)]
+        median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"{'streaming' if stream else 'offline  '}: {median['audio']:.1f} s audio, RTF {median['rtf']:.3f} "
+              f"(llm {median['llm']:.3f}, flow {median['flow']:.3f}, hift {median['hift']:.3f}), "
+              f"first chunk {median['first']:.2f} s  [median of {args.repeats}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
