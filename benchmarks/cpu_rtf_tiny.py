@@ -1,6 +1,6 @@
 """CPU real-time factor of the tiny random-weight model (a benchmark, not a test).
 
-Builds the tiny folder if needed (``.cache/test-models/tiny-v<N>``), then synthesises a fixed number of
+Builds the tiny folder if needed (``.cache/test-models/tiny-v<N>-<code hash>``, as the tests), then synthesises a fixed number of
 speech tokens per take (``exact_speech_tokens``: a random LM rarely stops, so takes are compared like for
 like) and prints RTF = synthesis seconds / audio seconds, per stage, offline and streaming.
 
@@ -20,9 +20,9 @@ sys.path.insert(0, str(REPO / "tests" / "tts"))
 
 
 def tiny_folder() -> Path:
-    from studio.tts.builder import BUILDER_VERSION, build_model_folder
+    from studio.tts.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
 
-    folder = REPO / ".cache" / "test-models" / f"tiny-v{BUILDER_VERSION}"
+    folder = REPO / ".cache" / "test-models" / f"tiny-v{BUILDER_VERSION}-{source_fingerprint()}"
     if not (folder / "README.md").is_file():
         build_model_folder(folder, size="tiny", seed=0, overwrite=True)
     return folder

@@ -16,13 +16,20 @@ def main() -> int:
     parser.add_argument("--model", type=Path, help="model folder (default: build/reuse the tiny demo model)")
     parser.add_argument("--backend", default="pytorch", choices=("pytorch", "vllm"))
     parser.add_argument("--out", type=Path, help="folder for the PNGs (default: <repo>/shots)")
+    parser.add_argument(
+        "--gpu-replay",
+        type=Path,
+        help="NVML samples recorded on a GPU machine (JSON) to show in an extra GPU-panel shot",
+    )
     args = parser.parse_args()
     out = args.out or args.repo / "shots"
     out.mkdir(parents=True, exist_ok=True)
     model = args.model or args.repo / ".cache" / "test-models" / "screenshots-tiny"
     if not (model / "llm.pt").exists():
         print(f"building the tiny demo model in {model} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "studio", "make-model", "--size", "tiny", str(model)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "studio", "make-model", "--size", "tiny", str(model)], check=True
+        )
 
     import numpy as np
     import soundfile as sf
@@ -41,7 +48,6 @@ def main() -> int:
         loop = QEventLoop()
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
-
 
     def wait_until(condition, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -64,7 +70,9 @@ def main() -> int:
 
     window.first_run.use_folder(str(model))  # what "Choose a model folder" does
     window.start_engine()
-    wait_until(lambda: window.engine_status.state in (EngineState.LOADING, EngineState.WARMING), 120, "loading")
+    wait_until(
+        lambda: window.engine_status.state in (EngineState.LOADING, EngineState.WARMING), 120, "loading"
+    )
     shot("02-engine-loading")
     wait_until(lambda: window.engine_status.state == EngineState.READY, 600, "the engine")
 
@@ -106,7 +114,58 @@ def main() -> int:
     shot("07-settings")
     dialog.close()
     window.close()
+    if args.gpu_replay:
+        gpu_replay_shot(args.gpu_replay, out / "08-gpu-panel-replay.png", pump)
     return 0
+
+
+def gpu_replay_shot(samples_file: Path, path: Path, pump) -> None:
+    """Feed recorded NVML samples through the real GpuPanel on a simulated 2 Hz clock, and grab it."""
+    import json
+
+    from studio.gpu.nvml import GpuSnapshot
+    from studio.gui import gpu_panel as panel_module
+
+    recording = json.loads(samples_file.read_text())
+    clock = [1000.0]
+    panel_module.time.monotonic = lambda: clock[0]  # this script only: a simulated clock
+    samples = iter(recording["samples"])
+    current: dict = {}
+
+    def replay():
+        sample = current["sample"]
+        engine_pid = 4242
+        return [
+            GpuSnapshot(
+                0,
+                recording["name"],
+                tuple(recording["cc"]),
+                recording["driver"],
+                sample["total"],
+                sample["used"],
+                sample["util"],
+                {engine_pid: sample["engine"]},
+            )
+        ]
+
+    panel = panel_module.GpuPanel(query=replay)
+    panel.set_engine_pid(4242)
+    panel._pids_refreshed = float("inf")
+    panel._engine_pids = {4242}
+    panel.resize(560, 460)
+    panel.show()
+    for index, sample in enumerate(samples):
+        current["sample"] = sample
+        clock[0] = 1000.0 + sample["t"]
+        panel.on_sample()
+        if index in (8, 40):
+            panel.mark_take_started()
+        if index in (30, 56):
+            panel.mark_take_finished()
+    pump(0.3)
+    panel.grab().save(str(path))
+    print(f"saved {path}", flush=True)
+    panel.close()
 
 
 if __name__ == "__main__":

@@ -70,13 +70,19 @@ class VoiceLibrary:
         target = self.folder / slug
         if target.exists() and not overwrite:
             raise VoiceError(f"a voice named {name!r} already exists")
-        voice = Voice(name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate)
+        voice = Voice(
+            name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate
+        )
         staging = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=self.folder))
         try:
             sf.write(staging / "prompt.wav", prompt, sample_rate, subtype="FLOAT")
             if original is not None:
-                sf.write(staging / "original.wav", np.asarray(original, dtype=np.float32).reshape(-1),
-                         original_rate or sample_rate, subtype="FLOAT")
+                sf.write(
+                    staging / "original.wav",
+                    np.asarray(original, dtype=np.float32).reshape(-1),
+                    original_rate or sample_rate,
+                    subtype="FLOAT",
+                )
             (staging / "voice.json").write_text(json.dumps(asdict(voice), indent=2, ensure_ascii=False))
             if target.exists():
                 shutil.rmtree(target)

@@ -4,7 +4,7 @@
 #   A  carry [".gpu/c5", ".whl"]: install vLLM 0.22.0 + the studio's missing wheels, build the
 #      full-size random model, run tests/vllm (the CI checks) and the LLM-alone benchmark
 #   B  cosyvoice-studio bench, vLLM backend, 1/4/16/32 streams
-#   C  cosyvoice-studio bench, PyTorch backend, same takes
+#   C  cosyvoice-studio bench, PyTorch backend, same takes (CONCURRENCY=1,4,16 then 32: fits 10-min calls)
 # .whl holds the studio's runtime deps missing there (soundfile, soxr, librosa, wetext, platformdirs...),
 # fetched here with `pip download --platform manylinux... --python-version 3.12` (see benchmarks/README.md).
 set -uo pipefail
@@ -13,6 +13,8 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 \
   STUDIO_CACHE_DIR=/tmp/studio-cache STUDIO_DATA_DIR=/tmp/studio-data STUDIO_CONFIG_DIR=/tmp/studio-config
+tag=c${CONCURRENCY:-1,4,16,32}
+tag=${tag//,/-}
 bench=(python3 -m studio bench --model /tmp/full --concurrency "${CONCURRENCY:-1,4,16,32}" --tokens 100
        --max-num-seqs 32 --max-num-batched-tokens 8192 --gpu-memory-utilization 0.3)
 case $step in
@@ -25,17 +27,19 @@ A)
   } | tee "$out/gpu.txt"
   { time python3 -m studio make-model --size full /tmp/full; } >"$out/make-model.log" 2>&1
   tail -4 "$out/make-model.log"
+  python3 scripts/gpu/vllm_smoke.py >"$out/smoke.log" 2>&1
+  grep -E "^(PASS|FAIL|first)" "$out/smoke.log"
   python3 -m pytest tests/vllm -q -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1
   grep -E "passed|failed|Error" "$out/pytest-vllm.log" | tail -8
   python3 scripts/gpu/vllm_llm_bench.py --size full --json "$out/llm-only-h200.json" >"$out/llm-only.log" 2>&1
   grep -E "^(greedy|ras|pytorch)|Error" "$out/llm-only.log"
   ;;
 B)
-  "${bench[@]}" --backends vllm --runs 2 --json "$out/bench-vllm-h200.json" >"$out/bench-vllm.log" 2>&1
-  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm.log"
+  "${bench[@]}" --backends vllm --runs 2 --json "$out/bench-vllm-$tag.json" >"$out/bench-vllm-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log"
   ;;
 C)
-  "${bench[@]}" --backends pytorch --runs 1 --json "$out/bench-pytorch-h200.json" >"$out/bench-pytorch.log" 2>&1
-  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-pytorch.log"
+  "${bench[@]}" --backends pytorch --runs 1 --json "$out/bench-pytorch-$tag.json" >"$out/bench-pytorch-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-pytorch-$tag.log"
   ;;
 esac

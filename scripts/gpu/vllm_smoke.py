@@ -50,7 +50,29 @@ def main() -> int:
         print(f"{'PASS' if ok else 'FAIL'} {name}")
     if not checks["greedy equals PyTorch"]:
         print("vllm ", greedy, "\ntorch", reference)
+        print(
+            f"first difference at token {first_difference(greedy, reference)}; PyTorch's top-2 log-prob gap "
+            f"there: {top2_gap(lm, prompt, reference, first_difference(greedy, reference)):.2e}"
+        )
     return 0 if all(checks.values()) else 1
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def top2_gap(lm, prompt, tokens: list[int], step: int) -> float:
+    """How close to a tie the PyTorch path's choice was at `step` (a near-tie flips on kernel rounding)."""
+    import torch
+
+    from studio.tts.llm import TorchDecodeSession
+
+    session = TorchDecodeSession(lm, prompt)
+    for token in tokens[:step]:
+        session.logp()
+        session.feed(token)
+    top = torch.topk(session.logp(), 2).values
+    return float(top[0] - top[1])
 
 
 if __name__ == "__main__":

@@ -240,6 +240,31 @@ def print_level(backend: str, level: dict) -> None:
     )
 
 
+def print_side_by_side(backends: list[dict]) -> None:
+    """One row per concurrency, one column group per backend that ran."""
+    ran = [b for b in backends if b.get("levels")]
+    if not ran:
+        return
+    print(
+        "\nconcurrency | " + " | ".join(f"{b['backend']}: first chunk ms / RTF / audio-s per s" for b in ran)
+    )
+    for index, level in enumerate(ran[0]["levels"]):
+        cells = []
+        for backend in ran:
+            row = backend["levels"][index]
+            cells.append(
+                f"{row['first_chunk_latency_s']['avg'] * 1000:.0f} / {row['rtf']['avg']:.3f} / "
+                f"{row['audio_seconds_per_second']['avg']:.2f}"
+            )
+        print(f"{level['concurrency']:>11} | " + " | ".join(cells))
+    for backend in ran:
+        peak = backend.get("peak_vram_bytes")
+        print(
+            f"{backend['backend']}: peak VRAM "
+            + (f"{peak / 2**30:.2f} GiB" if peak is not None else "n/a (no GPU)")
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     import platform
 
@@ -267,9 +292,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - one backend failing must not hide the others
             print(f"[{backend}] failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             report["backends"].append({"backend_asked": backend, "error": f"{type(exc).__name__}: {exc}"})
-    for entry in report["backends"]:
-        if entry.get("peak_vram_bytes") is not None:
-            print(f"{entry['backend']:8} peak VRAM {entry['peak_vram_bytes'] / 2**30:.2f} GiB")
+    print_side_by_side(report["backends"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")

@@ -96,6 +96,7 @@ class EngineClient:
         self._reader: threading.Thread | None = None
         self._last_load: LoadModel | None = None
         self._open_takes: set[str] = set()
+        self._takes_lock = threading.Lock()
         self._stopping = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -111,6 +112,8 @@ class EngineClient:
         with self._send_lock:
             if self.is_alive():
                 raise EngineError("the engine is already running")
+            if self._process is not None:  # a dead one (crashed): release its pipes first
+                self.shutdown(timeout=0)
             # Imported by name: the GUI may use this client but never imports the engine's code itself
             # (an import-linter contract); the spawned child imports it.
             engine_main = importlib.import_module("studio.engine.process").engine_main
@@ -126,20 +129,18 @@ class EngineClient:
             process.start()
             requests_read.close()  # only the child keeps these ends: EOF reaches us when it dies
             events_write.close()
-            self._process, self._requests, self._stopping = process, requests_write, False
-            self._open_takes.clear()
-            if not events_read.poll(self.start_timeout):
-                self._kill()
-                raise EngineError(f"the engine did not answer within {self.start_timeout:.0f} s")
+            with self._takes_lock:
+                self._open_takes.clear()
             try:
-                hello = events_read.recv()
-            except (EOFError, OSError) as exc:
+                hello = self._handshake(process, events_read)
+            except BaseException:
+                self._kill(process)
                 process.join(5)
-                report = self.crash_report(process.pid, 20)
-                raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{report}") from exc
-            if not isinstance(hello, Hello) or hello.protocol_version != PROTOCOL_VERSION:
-                self._kill()
-                raise EngineError(f"engine protocol mismatch: expected {PROTOCOL_VERSION}, got {hello!r}")
+                events_read.close()
+                requests_write.close()
+                self.last_exitcode = process.exitcode
+                raise
+            self._process, self._requests, self._stopping = process, requests_write, False
             self.hello = hello
             self._reader = threading.Thread(
                 target=self._read_events, args=(events_read, process), name="engine-events", daemon=True
@@ -149,27 +150,42 @@ class EngineClient:
             return hello
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Ask the engine to finish (it cancels takes and closes vLLM), then wait; kill when it hangs."""
+        """Ask the engine to finish (it cancels takes and closes vLLM), then wait; kill when it hangs.
+
+        Requests sent meanwhile fail at once with EngineError (the lock is not held while waiting)."""
         with self._send_lock:
-            process = self._process
+            process, requests, reader = self._process, self._requests, self._reader
             if process is None:
                 return
             self._stopping = True
+            self._process = self._requests = self._reader = None
             if process.is_alive():
                 try:
-                    self._requests.send(Shutdown())
+                    requests.send(Shutdown())
                 except (BrokenPipeError, OSError):
                     pass
-                process.join(timeout)
-                if process.is_alive():
-                    log.warning("engine did not stop within %.0f s; terminating", timeout)
-                    self._kill()
-            self._requests.close()
-            if self._reader is not None:
-                self._reader.join(10)
-            self.last_exitcode = process.exitcode
-            process.close()
-            self._process = self._requests = self._reader = None
+        process.join(timeout)
+        if process.is_alive():
+            log.warning("engine did not stop within %.0f s; killing it", timeout)
+            self._kill(process)
+        requests.close()
+        if reader is not None:
+            reader.join(10)
+        self.last_exitcode = process.exitcode
+        process.close()
+
+    def _handshake(self, process: multiprocessing.Process, events: Any) -> Hello:
+        if not events.poll(self.start_timeout):
+            raise EngineError(f"the engine did not answer within {self.start_timeout:.0f} s")
+        try:
+            hello = events.recv()
+        except (EOFError, OSError) as exc:
+            process.join(5)
+            report = self.crash_report(process.pid, 20)
+            raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{report}") from exc
+        if not isinstance(hello, Hello) or hello.protocol_version != PROTOCOL_VERSION:
+            raise EngineError(f"engine protocol mismatch: expected {PROTOCOL_VERSION}, got {hello!r}")
+        return hello
 
     def restart(self, load: LoadModel | None = None, timeout: float = 30.0) -> Hello:
         """Stop (or clean up after a crash), start a new process, and load ``load`` or the last model."""
@@ -181,9 +197,9 @@ class EngineClient:
             self.load_model(self._last_load)
         return hello
 
-    def _kill(self) -> None:
-        process = self._process
-        if process is not None and process.is_alive():
+    @staticmethod
+    def _kill(process: multiprocessing.Process) -> None:
+        if process.is_alive():
             process.kill()
             process.join(10)
 
@@ -211,13 +227,14 @@ class EngineClient:
 
     def synthesize(self, request: Synthesize) -> str:
         """Start a take; returns its request id. It ends with one TakeFinished or one Error."""
-        with self._send_lock:
+        with self._takes_lock:
             self._open_takes.add(request.request_id)
-            try:
-                self.send(request)
-            except EngineError:
+        try:
+            self.send(request)
+        except EngineError:
+            with self._takes_lock:
                 self._open_takes.discard(request.request_id)
-                raise
+            raise
         return request.request_id
 
     def cancel(self, request_id: str) -> None:
@@ -259,7 +276,8 @@ class EngineClient:
             if isinstance(event, State):
                 self.last_state = event
             elif isinstance(event, (TakeFinished, Error)) and event.request_id is not None:
-                self._open_takes.discard(event.request_id)
+                with self._takes_lock:
+                    self._open_takes.discard(event.request_id)
             self._events.put(event)
         connection.close()
         process.join(10)
@@ -280,9 +298,10 @@ class EngineClient:
         reason = describe_exit(process.exitcode)
         report = self.crash_report(process.pid)
         log.error("%s; last log lines:\n%s", reason, report)
-        for request_id in sorted(self._open_takes):
+        with self._takes_lock:
+            lost, self._open_takes = sorted(self._open_takes), set()
+        for request_id in lost:
             self._events.put(Error(request_id, f"take lost: {reason}"))
-        self._open_takes.clear()
         self._events.put(Error(None, f"{reason}. The engine's last log lines are in the details.", report))
         crashed = State(EngineState.CRASHED, f"{reason}; restart the engine")
         self.last_state = crashed

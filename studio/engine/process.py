@@ -8,6 +8,7 @@ rotating log file, which the client tails when the process dies. Start it throug
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import logging
 import logging.handlers
@@ -75,11 +76,12 @@ class Engine:
     def __init__(self, connection: Any) -> None:
         self._connection = connection
         self._send_lock = threading.Lock()
-        self._takes_lock = threading.Lock()
+        self._takes_lock = threading.RLock()  # held while BUSY/READY is decided and sent
         self._takes: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self.loaded: Any = None  # runner.LoadedModel
         self._state = EngineState.STARTING
         self._ready_state: State | None = None
+        self._loaded_request: LoadModel | None = None  # what self.loaded was made from
 
     # ---------------------------------------------------------------- sending
     def send(self, event: Any) -> None:
@@ -117,10 +119,19 @@ class Engine:
         from studio.engine import runner
         from studio.engine.warmup import warmup_request
 
+        if self.loaded is not None and self._loaded_request == dataclasses.replace(request, warmup=True):
+            log.info("%s is already loaded this way; not reloading", request.model_dir)
+            with self._takes_lock:
+                if self._takes:
+                    self.set_state(EngineState.BUSY, f"{len(self._takes)} take(s) running")
+                else:
+                    self._ready_again()
+            return
         self.cancel_all(wait=True)
         if self.loaded is not None:
             self.loaded.close()
             self.loaded = None
+        self._loaded_request = None
         self.set_state(EngineState.LOADING, f"loading {request.model_dir} ({request.backend} asked)")
         try:
             self.loaded = runner.load_model(
@@ -135,6 +146,7 @@ class Engine:
                 start = time.perf_counter()
                 runner.run_take(self.loaded.model, warmup_request(), backend=self.loaded.backend)
                 warmup_seconds = time.perf_counter() - start
+            self._loaded_request = dataclasses.replace(request, warmup=True)
             detail = f"ready: {described}, loaded in {self.loaded.load_seconds:.1f} s"
             if warmup_seconds is not None:
                 detail += f", warmed up in {warmup_seconds:.1f} s"
@@ -163,7 +175,7 @@ class Engine:
                 self.send(Error(request.request_id, "a take with this request id is already running"))
                 return
             self._takes[request.request_id] = (thread, cancel)
-        self.set_state(EngineState.BUSY, f"{len(self._takes)} take(s) running")
+            self.set_state(EngineState.BUSY, f"{len(self._takes)} take(s) running")
         thread.start()
 
     def _run_take(self, request: Synthesize, cancel: threading.Event) -> None:
@@ -201,9 +213,8 @@ class Engine:
         finally:
             with self._takes_lock:
                 self._takes.pop(request.request_id, None)
-                idle = not self._takes
-            if idle and self.loaded is not None and self._state is EngineState.BUSY:
-                self._ready_again()
+                if not self._takes and self.loaded is not None and self._state is EngineState.BUSY:
+                    self._ready_again()
 
     def cancel(self, request_id: str) -> None:
         with self._takes_lock:

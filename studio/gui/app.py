@@ -32,8 +32,9 @@ def install_excepthook(parent_getter) -> None:
     def hook(kind, value, tb) -> None:
         text = "".join(traceback.format_exception(kind, value, tb))
         log.error("unexpected error:\n%s", text)
-        box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error", f"{kind.__name__}: {value}",
-                          parent=parent_getter())
+        box = QMessageBox(
+            QMessageBox.Icon.Critical, "Unexpected error", f"{kind.__name__}: {value}", parent=parent_getter()
+        )
         box.setDetailedText(text)
         box.open()
 

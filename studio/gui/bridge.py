@@ -21,7 +21,7 @@ from __future__ import annotations
 import queue
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
 from studio.engine.client import EngineClient, EngineError
 from studio.engine.protocol import (
@@ -142,6 +142,9 @@ class EngineBridge(QObject):
         self.client = EngineClient(log_path)
         self._thread: QThread | None = None
         self._worker: EngineWorker | None = None
+        app = QCoreApplication.instance()
+        if app is not None:  # never leave a running QThread (or an engine) behind at exit
+            app.aboutToQuit.connect(self.shutdown)
 
     @property
     def running(self) -> bool:

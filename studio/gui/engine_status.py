@@ -3,7 +3,9 @@ warm-up time, error details and a Restart engine button."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+import time
+
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QWidget
 
 from studio.engine.protocol import EngineState, Error, Progress, State
@@ -26,7 +28,8 @@ def describe_state(state: State) -> str:
     if kind == EngineState.STARTING:
         return "Engine starting…"
     if kind == EngineState.LOADING:
-        return f"Loading model… {state.detail}".rstrip()
+        detail = state.detail.strip()
+        return (detail[:1].upper() + detail[1:] + "…") if detail else "Loading the model…"
     if kind == EngineState.WARMING:
         load = f" (loaded in {state.load_seconds:.1f} s)" if state.load_seconds is not None else ""
         return f"Warming up{load}…"
@@ -81,9 +84,25 @@ class EngineStatus(QWidget):
         layout.addWidget(self.restart_button)
         self.state: EngineState | None = None
         self.last_error: Error | None = None
+        self._last_state: State | None = None
+        self._since = time.monotonic()
+        self._clock = QTimer(self)  # ticks the elapsed time while starting, loading or warming up
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(self._show_elapsed)
+
+    def stop(self) -> None:
+        self._clock.stop()
+
+    def _show_elapsed(self) -> None:
+        if self._last_state is not None:
+            elapsed = time.monotonic() - self._since
+            self.label.setText(f"{describe_state(self._last_state)} {elapsed:.0f} s")
 
     def on_state(self, state: State) -> None:
+        if state.state != self.state:
+            self._since = time.monotonic()
         self.state = state.state
+        self._last_state = state
         self.dot.setStyleSheet(f"color: {STATE_COLOURS.get(state.state, '#90a4ae')};")
         self.label.setText(describe_state(state))
         self.label.setToolTip(state.detail)
@@ -91,6 +110,9 @@ class EngineStatus(QWidget):
         self.progress.setVisible(loading)
         if loading:
             self.progress.setRange(0, 0)  # busy until a Progress with a fraction arrives
+            self._clock.start()
+        else:
+            self._clock.stop()
         failed = state.state in (EngineState.ERROR, EngineState.CRASHED)
         self.restart_button.setVisible(failed)
         self.details_button.setVisible(failed and self.last_error is not None)

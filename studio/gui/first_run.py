@@ -19,7 +19,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-REQUIRED_FILES = ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v2.onnx")
+REQUIRED_FILES = (
+    "cosyvoice2.yaml",
+    "llm.pt",
+    "flow.pt",
+    "hift.pt",
+    "campplus.onnx",
+    "speech_tokenizer_v2.onnx",
+)
 
 
 def missing_model_files(folder: str | Path) -> list[str]:
@@ -106,7 +113,9 @@ class FirstRunPanel(QWidget):
     def use_folder(self, folder: str) -> bool:
         missing = missing_model_files(folder)
         if missing:
-            self.message.setText(f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}.")
+            self.message.setText(
+                f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}."
+            )
             return False
         self.sig_model_ready.emit(str(folder))
         return True

@@ -86,6 +86,7 @@ class GpuPanel(QWidget):
         plot.hideButtons()
         plot.setTitle(title, size="9pt")
         plot.setLabel("left", units=units)
+        plot.setLabel("bottom", "seconds ago")
         plot.setXRange(-WINDOW_SECONDS, 0, padding=0)
         plot.showGrid(x=True, y=True, alpha=0.15)
         plot.setMinimumHeight(110)

@@ -41,9 +41,18 @@ from studio.voices import VoiceLibrary
 log = logging.getLogger("studio.gui")
 
 
+def is_random_model(folder: str) -> bool:
+    """True for folders written by ``make-model`` (random weights: they babble)."""
+    try:
+        return "Random-weight" in (Path(folder) / "README.md").read_text(errors="replace")[:400]
+    except OSError:
+        return False
+
+
 def load_request(settings: Settings) -> LoadModel:
-    return LoadModel(settings.model_dir, backend=settings.backend, fp16=settings.fp16,
-                     vllm_options=settings.vllm_options())
+    return LoadModel(
+        settings.model_dir, backend=settings.backend, fp16=settings.fp16, vllm_options=settings.vllm_options()
+    )
 
 
 class MainWindow(QMainWindow):
@@ -76,6 +85,7 @@ class MainWindow(QMainWindow):
         self.preview.denoise.setChecked(settings.denoise)
         self.text_panel.stream.setChecked(settings.stream)
         self.voice_panel.refresh_devices(settings.audio_input_device)
+        self.voice_panel.input_device.activated.connect(self._on_input_device_picked)
         self._apply_output_device()
         geometry = settings.extra.get("window_geometry")
         if isinstance(geometry, str):
@@ -83,6 +93,15 @@ class MainWindow(QMainWindow):
         else:
             self.resize(1360, 860)
         self.pages.setCurrentWidget(self.studio_page if self.has_model else self.first_run)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        title = "CosyVoice Studio"
+        if self.has_model:
+            title += f" — {Path(self.settings.model_dir).name}"
+            if is_random_model(self.settings.model_dir):
+                title += " (demo model: random weights, it babbles)"
+        self.setWindowTitle(title)
 
     # -- construction --------------------------------------------------------------------------------
     def _build_layout(self) -> None:
@@ -147,9 +166,10 @@ class MainWindow(QMainWindow):
         bridge.sig_take_finished.connect(self.takes.on_take_finished)
         self.engine_status.sig_restart.connect(self.restart_engine)
         self.first_run.sig_model_ready.connect(self.on_model_chosen)
-        self.text_panel.sig_generate.connect(lambda request: self.takes.start(request,
-                                                                             self.voice_panel.current_prompt()))
-        self.text_panel.sig_stop.connect(self.takes.stop)
+        self.text_panel.sig_generate.connect(
+            lambda request: self.takes.start(request, self.voice_panel.current_prompt())
+        )
+        self.text_panel.sig_stop.connect(self.stop_take)
         self.takes.sig_started.connect(self.on_take_started)
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
@@ -184,7 +204,8 @@ class MainWindow(QMainWindow):
     def on_model_chosen(self, folder: str) -> None:
         self.update_settings(dataclasses.replace(self.settings, model_dir=folder))
         self.pages.setCurrentWidget(self.studio_page)
-        if "tiny" in Path(folder).name or "demo" in Path(folder).name:
+        self._update_title()
+        if is_random_model(folder):
             self.show_message("Demo model: random weights, so takes babble rather than speak.")
         if self.bridge.running:
             self.bridge.load_model(load_request(self.settings))
@@ -216,6 +237,11 @@ class MainWindow(QMainWindow):
         self.gpu_panel.mark_take_started()
         self.player.begin(24000)
 
+    def stop_take(self) -> None:
+        """Stop: cancel the take in the engine and silence the preview at once."""
+        self.takes.stop()
+        self.player.stop()
+
     def on_take_chunk(self, samples: np.ndarray, latency: float) -> None:
         self.preview.add_chunk(samples, 24000, latency)
         self.player.feed(samples)
@@ -225,8 +251,12 @@ class MainWindow(QMainWindow):
         self.gpu_panel.mark_take_finished()
         self.player.end()
         if stats is not None:
-            self.preview.finish_take(stats.first_chunk_latency if stats.chunks else None, stats.rtf,
-                                     stats.audio_seconds, stats.cancelled)
+            self.preview.finish_take(
+                stats.first_chunk_latency if stats.chunks else None,
+                stats.rtf,
+                stats.audio_seconds,
+                stats.cancelled,
+            )
         if take is None:
             return
         self._last_take_id = take.id
@@ -310,9 +340,15 @@ class MainWindow(QMainWindow):
             self.takes_panel.set_store(self.store)
         self.voice_panel.refresh_devices(new.audio_input_device)
         self._apply_output_device()
+        self._update_title()
         if engine_changed(old, new) and self.has_model:
             self.pages.setCurrentWidget(self.studio_page)
             self.restart_engine()
+
+    def _on_input_device_picked(self, _index: int) -> None:
+        device = self.voice_panel.input_device.currentData()
+        name = device.description() if device is not None else ""
+        self.update_settings(dataclasses.replace(self.settings, audio_input_device=name))
 
     def _apply_output_device(self) -> None:
         from PySide6.QtMultimedia import QMediaDevices
@@ -335,6 +371,7 @@ class MainWindow(QMainWindow):
     def shutdown(self) -> None:
         """Stop everything this window started: engine, threads, timers, child processes."""
         self.gpu_panel.stop()
+        self.engine_status.stop()
         self.voice_panel.stop()
         self.player.stop()
         self.first_run.cancel()

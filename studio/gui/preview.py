@@ -28,8 +28,10 @@ class PreviewPanel(QWidget):
         self.replay_button.setEnabled(False)
         self.replay_button.clicked.connect(self.sig_replay.emit)
         self.denoise = QCheckBox("Denoise takes")
-        self.denoise.setToolTip("Denoise finished takes in the background; playback and export use the "
-                                "denoised audio once it is ready")
+        self.denoise.setToolTip(
+            "Denoise finished takes in the background; playback and export use the "
+            "denoised audio once it is ready"
+        )
         self.pending = QLabel("")
         self.pending.setObjectName("Pending")
         header = QHBoxLayout()
@@ -53,9 +55,13 @@ class PreviewPanel(QWidget):
 
     def add_chunk(self, samples: np.ndarray, sample_rate: int, latency_s: float) -> None:
         self.waveform.append(samples, sample_rate)
-        self.stats.setText(f"First chunk after {latency_s * 1000:.0f} ms · {self.waveform.duration:.1f} s so far")
+        self.stats.setText(
+            f"First chunk after {latency_s * 1000:.0f} ms · {self.waveform.duration:.1f} s so far"
+        )
 
-    def finish_take(self, latency_s: float | None, rtf: float | None, seconds: float, cancelled: bool) -> None:
+    def finish_take(
+        self, latency_s: float | None, rtf: float | None, seconds: float, cancelled: bool
+    ) -> None:
         parts = []
         if latency_s is not None:
             parts.append(f"first chunk {latency_s * 1000:.0f} ms")

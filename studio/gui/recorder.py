@@ -86,7 +86,9 @@ class Recorder(QObject):
         source = QAudioSource(device, fmt, self)
         io = source.start()
         if io is None or source.error() != QtAudio.Error.NoError:
-            self.sig_error.emit(f"Could not open {device.description()} for recording ({source.error().name}).")
+            self.sig_error.emit(
+                f"Could not open {device.description()} for recording ({source.error().name})."
+            )
             source.deleteLater()
             return False
         self._source = source

@@ -27,8 +27,17 @@ from PySide6.QtWidgets import (
 from studio.settings import BACKENDS, VLLM_DTYPES, Settings
 
 #: Fields whose change needs the engine to reload the model.
-ENGINE_FIELDS = ("model_dir", "backend", "fp16", "gpu_memory_utilization", "max_num_seqs",
-                 "max_num_batched_tokens", "enforce_eager", "dtype", "max_model_len")
+ENGINE_FIELDS = (
+    "model_dir",
+    "backend",
+    "fp16",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "dtype",
+    "max_model_len",
+)
 
 
 def _folder_row(edit: QLineEdit, caption: str) -> QWidget:
@@ -117,7 +126,9 @@ class SettingsDialog(QDialog):
         form.addRow("Microphone", self.input_device)
         form.addRow("Playback", self.output_device)
 
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)

@@ -122,9 +122,15 @@ class TakeController(QObject):
         if event.stats.cancelled:
             name = "(stopped) " + " ".join(request.text.split()[:5])
         return self.store.add(
-            audio, SAMPLE_RATE, text=request.text, voice=active.voice_name, mode=request.mode, seed=request.seed,
+            audio,
+            SAMPLE_RATE,
+            text=request.text,
+            voice=active.voice_name,
+            mode=request.mode,
+            seed=request.seed,
             settings={"speed": request.speed, "stream": request.stream, "instruct": request.instruct},
-            stats=stats, name=name,
+            stats=stats,
+            name=name,
         )
 
     def on_error(self, error: Error) -> None:

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFileDialog,
-    QHeaderView,
     QHBoxLayout,
+    QHeaderView,
     QInputDialog,
     QLabel,
     QMessageBox,
@@ -33,8 +33,10 @@ def describe_stats(take: Take) -> tuple[str, str]:
     """(first-chunk latency, real-time factor) of a take as short texts."""
     latency = take.stats.get("first_chunk_latency")
     rtf = take.stats.get("rtf")
-    return (f"{latency:.2f} s" if isinstance(latency, (int, float)) else "–",
-            f"{rtf:.2f}" if isinstance(rtf, (int, float)) else "–")
+    return (
+        f"{latency:.2f} s" if isinstance(latency, (int, float)) else "–",
+        f"{rtf:.2f}" if isinstance(rtf, (int, float)) else "–",
+    )
 
 
 class TakesPanel(QWidget):
@@ -59,7 +61,11 @@ class TakesPanel(QWidget):
         self.folder_label.setObjectName("Hint")
         self.tree = QTreeWidget()
         self.tree.setObjectName("TakesList")
-        self.tree.setHeaderLabels(["Take", "Length", "1st chunk", "RTF", ""])
+        self.tree.setHeaderLabels(["Take", "Length", "Latency", "RTF", ""])
+        header_item = self.tree.headerItem()
+        header_item.setToolTip(2, "Time to the first audio chunk")
+        header_item.setToolTip(3, "Real-time factor: synthesis time / audio length (lower is faster)")
+        header_item.setToolTip(4, "✓ denoised, … denoising")
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.sig_play.emit(item.data(0, _ID_ROLE)))
@@ -111,9 +117,15 @@ class TakesPanel(QWidget):
             mark = "…" if take.id in self._pending else ("✓" if take.denoised else "")
             item = QTreeWidgetItem([take.name, f"{take.duration_s:.1f} s", latency, rtf, mark])
             item.setData(0, _ID_ROLE, take.id)
-            item.setToolTip(0, f"{take.text}\n\nmode {take.mode} · seed {take.seed} · voice {take.voice or '–'}")
-            item.setToolTip(4, "denoising…" if take.id in self._pending else
-                            ("denoised copy used for playback and export" if take.denoised else ""))
+            item.setToolTip(
+                0, f"{take.text}\n\nmode {take.mode} · seed {take.seed} · voice {take.voice or '–'}"
+            )
+            item.setToolTip(
+                4,
+                "denoising…"
+                if take.id in self._pending
+                else ("denoised copy used for playback and export" if take.denoised else ""),
+            )
             self.tree.addTopLevelItem(item)
             item.setSelected(take.id in keep)
         self.folder_label.setText(f"Saved in {self.store.folder}")
@@ -192,5 +204,7 @@ class TakesPanel(QWidget):
         written = [result.path for result in results]
         warnings = [w for result in results for w in result.warnings]
         self.sig_exported.emit(written)
-        self.sig_message.emit(f"Exported {len(written)} file(s) to {folder}" + (f" — {warnings[0]}" if warnings else ""))
+        self.sig_message.emit(
+            f"Exported {len(written)} file(s) to {folder}" + (f" — {warnings[0]}" if warnings else "")
+        )
         return written

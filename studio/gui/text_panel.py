@@ -25,13 +25,26 @@ from PySide6.QtWidgets import (
 
 #: Single-token fine-grained control tags of CosyVoice2 (inserted at the cursor).
 EVENT_TAGS = (
-    "[breath]", "[laughter]", "[cough]", "[noise]", "[sigh]", "[quick_breath]", "[clucking]",
-    "[accent]", "[hissing]", "[vocalized-noise]", "[lipsmack]", "[mn]",
+    "[breath]",
+    "[laughter]",
+    "[cough]",
+    "[noise]",
+    "[sigh]",
+    "[quick_breath]",
+    "[clucking]",
+    "[accent]",
+    "[hissing]",
+    "[vocalized-noise]",
+    "[lipsmack]",
+    "[mn]",
 )
 #: Paired tags wrap the selection (or insert an empty pair with the cursor inside).
 SPAN_TAGS = (("<strong>", "</strong>"), ("<laughter>", "</laughter>"))
-MODES = (("zero-shot", "Zero-shot (clone the voice)"), ("cross-lingual", "Cross-lingual"),
-         ("instruct", "Instruct (describe the delivery)"))
+MODES = (
+    ("zero-shot", "Zero-shot (clone the voice)"),
+    ("cross-lingual", "Cross-lingual"),
+    ("instruct", "Instruct (describe the delivery)"),
+)
 MAX_SEED = 2**31 - 1
 
 

@@ -59,9 +59,13 @@ def clean_recording(samples: np.ndarray, sample_rate: int, denoise: bool):
 def summarise_report(report) -> str:
     """A few lines for the panel: before -> after, the steps that changed something, and warnings."""
     before, after = report.before, report.after
-    lines = [f"{before.duration_s:.1f} s → {after.duration_s:.1f} s, peak "
-             f"{before.peak_dbfs if before.peak_dbfs is not None else -99:.1f} → {after.peak_dbfs:.1f} dBFS"]
-    lines += [f"{step.name}: {step.summary}" for step in report.steps if step.name in ("trim", "cut", "denoise")]
+    lines = [
+        f"{before.duration_s:.1f} s → {after.duration_s:.1f} s, peak "
+        f"{before.peak_dbfs if before.peak_dbfs is not None else -99:.1f} → {after.peak_dbfs:.1f} dBFS"
+    ]
+    lines += [
+        f"{step.name}: {step.summary}" for step in report.steps if step.name in ("trim", "cut", "denoise")
+    ]
     lines += [f"<span style='color:#ffb74d'>⚠ {w}</span>" for w in report.warnings]
     return "<br>".join(lines)
 
@@ -162,8 +166,7 @@ class VoicePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(title)
         layout.addLayout(grid)
-        for label, view, button in (("Original", self.before, self.play_before),
-                                    ("Cleaned", self.after, self.play_after)):
+        for label, view in (("Original", self.before), ("Cleaned", self.after)):
             caption = QLabel(label)
             caption.setObjectName("Caption")
             layout.addWidget(caption)
@@ -180,6 +183,8 @@ class VoicePanel(QWidget):
         layout.addWidget(self.save_button)
         layout.addStretch(1)
 
+        self._media = QMediaDevices(self)  # follows microphones being plugged in or out
+        self._media.audioInputsChanged.connect(lambda: self.refresh_devices(self.input_device.currentText()))
         self.refresh_devices()
         self.refresh_voices()
         self._update_buttons()
@@ -230,7 +235,9 @@ class VoicePanel(QWidget):
         slug = self.saved.currentData()
         if not slug:
             return
-        answer = QMessageBox.question(self, "Delete voice", f"Delete the saved voice {self.saved.currentText()}?")
+        answer = QMessageBox.question(
+            self, "Delete voice", f"Delete the saved voice {self.saved.currentText()}?"
+        )
         if answer == QMessageBox.StandardButton.Yes:
             self.library.delete(slug)
             self.refresh_voices()
@@ -265,7 +272,9 @@ class VoicePanel(QWidget):
 
     # -- import --------------------------------------------------------------------------------------
     def choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a voice recording", str(Path.home()), AUDIO_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import a voice recording", str(Path.home()), AUDIO_FILTER
+        )
         if path:
             self.import_file(path)
 
@@ -310,8 +319,13 @@ class VoicePanel(QWidget):
         self._clean_generation += 1
         generation = self._clean_generation
         audio, rate = self._original
-        self.jobs.submit(clean_recording, audio, rate, self.denoise_prompt.isChecked(),
-                         callback=lambda result=None, error=None: self._on_cleaned(generation, result, error))
+        self.jobs.submit(
+            clean_recording,
+            audio,
+            rate,
+            self.denoise_prompt.isChecked(),
+            callback=lambda result=None, error=None: self._on_cleaned(generation, result, error),
+        )
 
     @property
     def cleaning(self) -> bool:
@@ -342,8 +356,9 @@ class VoicePanel(QWidget):
         audio, rate = self._cleaned
         original, original_rate = self._original if self._original is not None else (None, None)
         try:
-            voice = self.library.save(name, audio, rate, self.transcript.text(), original, original_rate,
-                                      overwrite=overwrite)
+            voice = self.library.save(
+                name, audio, rate, self.transcript.text(), original, original_rate, overwrite=overwrite
+            )
         except VoiceError as exc:
             if not overwrite and "already exists" in str(exc):
                 answer = QMessageBox.question(self, "Save voice", f"{exc}. Replace it?")

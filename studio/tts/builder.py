@@ -46,6 +46,24 @@ TINY_QWEN2 = {**FULL_QWEN2, "hidden_size": 128, "intermediate_size": 256, "num_a
               "max_position_embeddings": 4096, "sliding_window": 4096}
 
 
+def source_fingerprint() -> str:
+    """A short hash of the code that decides a built folder's contents (module layouts, tokenizer, yaml).
+
+    Test caches key on it, so a change to any model module rebuilds the tiny folder instead of failing
+    to load a stale one.
+    """
+    import hashlib
+
+    package = Path(__file__).resolve().parent
+    names = ["builder.py", "builder_onnx.py", "yaml_template.py", "tokenizer_builder.py", "llm.py", "hift.py",
+             "hift_source.py", *sorted(p.relative_to(package).as_posix() for p in (package / "flow").glob("*.py"))]
+    digest = hashlib.sha1()
+    for name in names:
+        path = package / name
+        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b""))
+    return digest.hexdigest()[:10]
+
+
 class BuildError(Exception):
     """The folder cannot be written (bad size, target not empty, disk problems)."""
 

@@ -91,6 +91,12 @@ class CosyVoice2:
             self.backend = TorchTokenBackend(self.model.llm)
             self.backend_name = "pytorch"
 
+    def close(self) -> None:
+        """Shut the token backend down (the vLLM engine holds processes and GPU memory); idempotent."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
     # -- saved voices ------------------------------------------------------------------------------
     def list_available_spks(self) -> list[str]:
         return list(self.spk2info)

@@ -65,9 +65,30 @@ def vllm_config_dict(qwen2_config: dict[str, Any], vocab_size: int, dtype: str) 
     return config
 
 
-def export_key(llm_pt: Path, qwen2_config: dict[str, Any]) -> str:
+def cached_file_sha256(path: Path, base: Path) -> str:
+    """`file_sha256`, remembered per (path, size, mtime) in `base`/digests.json: llm.pt is 2 GB."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_file = base / "digests.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if key not in memo:
+        memo[key] = file_sha256(path)
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            tmp = memo_file.with_name(f".digests-{os.getpid()}.json")
+            tmp.write_text(json.dumps(memo))
+            os.replace(tmp, memo_file)
+        except OSError:  # a read-only cache only costs the hash next time
+            pass
+    return memo[key]
+
+
+def export_key(llm_pt: Path, qwen2_config: dict[str, Any], base: Path) -> str:
     digest = hashlib.sha256()
-    digest.update(file_sha256(llm_pt).encode())
+    digest.update(cached_file_sha256(llm_pt, base).encode())
     digest.update(json.dumps(qwen2_config, sort_keys=True, default=str).encode())
     digest.update(f"exporter-{EXPORTER_VERSION}".encode())
     return digest.hexdigest()[:24]
@@ -84,7 +105,7 @@ def export_for_vllm(
     if not llm_pt.is_file():
         raise VllmExportError(f"llm.pt not found: {llm_pt}")
     base = Path(root) if root is not None else cache_root() / "vllm-export"
-    target = base / f"{export_key(llm_pt, qwen2_config)}-v{EXPORTER_VERSION}"
+    target = base / f"{export_key(llm_pt, qwen2_config, base)}-v{EXPORTER_VERSION}"
     if (target / STAMP_FILE).is_file():
         return target
     base.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,8 @@
 gets its own queue; the stepping thread adds and aborts requests, steps the engine while any is
 unfinished and routes new tokens (vLLM's DELTA outputs) to their queues. Cancelling (the event, or
 closing the generator) aborts the request in vLLM; an engine error reaches every waiting caller.
-Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs as a logits processor
-(tts/vllm_sampling.py) and vLLM draws from its distribution with the request's seed.
+Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs in a logits processor
+(tts/vllm_sampling.py) that draws the token from the RAS distribution with the request's seed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,14 +155,14 @@ class VllmTokenBackend:
 
         min_len = max_len if ignore_stop else min(min_len, max_len)
         common = dict(
+            temperature=0.0,  # greedy, or RAS drawn in our logits processor (one-hot rows)
             max_tokens=max_len,
             stop_token_ids=self.stop_token_ids,
-            seed=seed,
             output_kind=RequestOutputKind.DELTA,
             detokenize=False,
         )
         if sampling.top_k == 1:  # greedy, as the PyTorch path: argmax over non-stop ids before min_len
-            return SamplingParams(temperature=0.0, min_tokens=min_len, **common)
+            return SamplingParams(min_tokens=min_len, **common)
         # RAS in the logits processor; it also masks stop ids before min_len (upstream's redraw).
         extra = ras_extra_args(
             top_p=sampling.top_p,
@@ -170,8 +171,9 @@ class VllmTokenBackend:
             tau_r=sampling.tau_r,
             min_len=min_len,
             stop_token_ids=self.stop_token_ids,
+            seed=secrets.randbits(63) if seed is None else seed,
         )
-        return SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, extra_args=extra, **common)
+        return SamplingParams(extra_args=extra, **common)
 
     # ---- stepping thread ---------------------------------------------------------------------------
     def _run(self) -> None:

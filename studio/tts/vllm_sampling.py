@@ -3,9 +3,12 @@
 Upstream's RAS draws from the nucleus (top-p, top-k); if the draw occurred in the last `win_size`
 tokens at least `win_size * tau_r` times, it redraws from the full distribution. That is the mixture
     P(y) = p_nuc(y) * [y not repeated] + (sum of p_nuc over repeated tokens) * p(y),
-which this processor writes as logits (log P) for vLLM's sampler to draw from at temperature 1. Before
-`min_len` tokens upstream redraws until no stop id comes out: P conditioned on "not a stop id", so
-stop ids are masked after the mixture. Requests without our `extra_args` key pass through untouched.
+from which this processor draws by inverse CDF, with a uniform number derived from the request's seed and
+its step (splitmix64): reproducible per request whatever else is in the batch, and batched on the device.
+The logits row then becomes one-hot on the draw, and the request runs greedy in vLLM (temperature 0),
+which skips vLLM's per-request generator loop. Before `min_len` tokens upstream redraws until no stop
+id comes out: P conditioned on "not a stop id", so stop ids are masked in the mixture. Requests
+without our `extra_args` key pass through untouched.
 """
 
 from __future__ import annotations
@@ -17,12 +20,23 @@ EXTRA_ARGS_KEY = "cosyvoice_ras"
 PROCESSOR_PATH = "studio.tts.vllm_sampling:RasLogitsProcessor"
 
 
+_MASK64 = (1 << 64) - 1
+
+
 def ras_extra_args(
-    *, top_p: float, top_k: int, win_size: int, tau_r: float, min_len: int, stop_token_ids: list[int]
+    *,
+    top_p: float,
+    top_k: int,
+    win_size: int,
+    tau_r: float,
+    min_len: int,
+    stop_token_ids: list[int],
+    seed: int,
 ) -> dict:
-    """The SamplingParams.extra_args that switch RAS on for one request."""
+    """The SamplingParams.extra_args that switch RAS on for one request (run it at temperature 0)."""
     return {
         EXTRA_ARGS_KEY: {
+            "seed": int(seed),
             "top_p": float(top_p),
             "top_k": int(top_k),
             "win_size": int(win_size),
@@ -33,10 +47,19 @@ def ras_extra_args(
     }
 
 
+def step_uniform(seed: int, step: int) -> float:
+    """A uniform number in [0, 1) for (seed, step): splitmix64, so draws never depend on the batch."""
+    x = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((x ^ (x >> 31)) >> 11) * 2.0**-53
+
+
 class _RasRequest:
-    __slots__ = ("top_p", "top_k", "win_size", "threshold", "min_len", "stop_ids", "output_ids")
+    __slots__ = ("seed", "top_p", "top_k", "win_size", "threshold", "min_len", "stop_ids", "output_ids")
 
     def __init__(self, args: dict, output_ids: list[int]):
+        self.seed = args["seed"]
         self.top_p, self.top_k = args["top_p"], args["top_k"]
         self.win_size = args["win_size"]
         self.threshold = args["win_size"] * args["tau_r"]
@@ -99,8 +122,21 @@ class RasLogitsProcessor(LogitsProcessor):
         return self._batch
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draw each RAS request's token and leave its logits row one-hot on it (greedy picks it)."""
         if not self.requests:
             return logits
+        row_index, mixture = self.mixture(logits)
+        reqs = self._batch[1]
+        uniforms = torch.tensor([step_uniform(r.seed, len(r.output_ids)) for r in reqs], dtype=torch.float64)
+        cdf = mixture.double().cumsum(dim=-1)
+        targets = (uniforms.to(logits.device, non_blocking=True) * cdf[:, -1]).unsqueeze(1)
+        drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
+        one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
+        logits[row_index] = one_hot.to(logits.dtype)
+        return logits
+
+    def mixture(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch rows, RAS probabilities [rows, V]) of the requests this processor serves."""
         device = logits.device
         rows, reqs, row_index, top_p, top_k, threshold, k_max, width, stop_ids = self._batch_tensors(device)
         probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
@@ -136,5 +172,4 @@ class RasLogitsProcessor(LogitsProcessor):
             stops = torch.tensor([s for s in stop_ids if s < vocab], device=device)
             short_rows = torch.tensor(short, device=device)
             mixture[short_rows.unsqueeze(1), stops.unsqueeze(0)] = 0.0
-        logits[row_index] = torch.log(mixture).to(logits.dtype)
-        return logits
+        return row_index, mixture

@@ -78,3 +78,4 @@ def test_bench_reports_each_concurrency_with_fixed_token_counts(tmp_path, tiny_m
     assert backend["peak_vram_bytes"] is None  # no GPU here: reported as unknown, not zero
     printed = capsys.readouterr().out
     assert "pytorch  x1" in printed and "pytorch  x2" in printed
+    assert "pytorch: peak VRAM n/a (no GPU)" in printed

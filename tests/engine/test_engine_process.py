@@ -11,6 +11,7 @@ from studio.engine.protocol import (
     PROTOCOL_VERSION,
     SAMPLE_RATE,
     EngineState,
+    Error,
     LoadModel,
     Progress,
     Synthesize,
@@ -106,3 +107,21 @@ def test_two_requests_run_concurrently(engine):
         assert chunks_of(per_take[request.request_id])
     assert max(s.active_requests for s in states if s.state is EngineState.BUSY) == 2
     assert states_until(client, EngineState.READY, timeout=10)  # idle again afterwards
+
+
+def test_loading_the_same_model_again_does_not_reload(engine, tiny_model_dir):
+    client, _, states = engine
+    client.load_model(LoadModel(str(tiny_model_dir), backend="pytorch"))
+    again = states_until(client, EngineState.READY, timeout=30)
+    assert [s.state for s in again] == [EngineState.READY]  # no LOADING, no WARMING
+    assert again[-1].load_seconds == states[-1].load_seconds
+
+
+def test_a_bad_take_is_that_takes_error_and_the_engine_stays_ready(engine):
+    client = engine[0]
+    request_id = client.synthesize(Synthesize("Hello.", voice_id="nobody-saved-this"))
+    per_take, _ = collect_takes(client, [request_id], timeout=60)
+    error = per_take[request_id][-1]
+    assert isinstance(error, Error) and "nobody-saved-this" in error.message and error.traceback
+    states_until(client, EngineState.READY, timeout=30)
+    assert client.is_alive()

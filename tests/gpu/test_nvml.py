@@ -35,8 +35,10 @@ def fake_pynvml(*, init_error=None, count=1):
         nvmlDeviceGetCudaComputeCapability=lambda h: (12, 0),
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=42),
         nvmlDeviceGetName=lambda h: "NVIDIA GeForce RTX 5090",
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(pid=10, usedGpuMemory=1 << 30),
-                                                        proc(pid=11, usedGpuMemory=None)],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            proc(pid=10, usedGpuMemory=1 << 30),
+            proc(pid=11, usedGpuMemory=None),
+        ],
         nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc(pid=10, usedGpuMemory=1 << 20)],
         calls=calls,
     )

@@ -20,7 +20,7 @@ def test_denoise_keeps_the_gui_timer_running_and_delivers_on_the_gui_thread(qtbo
     rng = np.random.default_rng(0)
     seconds, rate = 12.0, 24000
     t = np.arange(int(seconds * rate)) / rate
-    noisy = (0.3 * np.sin(2 * np.pi * 220 * t) * (t % 1.0 < 0.6) + 0.05 * rng.standard_normal(t.size))
+    noisy = 0.3 * np.sin(2 * np.pi * 220 * t) * (t % 1.0 < 0.6) + 0.05 * rng.standard_normal(t.size)
     store = TakeStore(tmp_path / "takes")
     take = store.add(noisy.astype(np.float32), rate, text="noisy")
 

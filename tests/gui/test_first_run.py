@@ -28,9 +28,11 @@ def test_first_run_panel_until_a_complete_model_folder_is_chosen(qtbot, tmp_path
 
     for name in REQUIRED_FILES:
         (folder / name).write_bytes(b"")
+    (folder / "README.md").write_text("Random-weight CosyVoice2 folder (tiny) written by make-model.")
     assert missing_model_files(folder) == []
     with qtbot.waitSignal(window.first_run.sig_model_ready, timeout=1000):
         assert window.first_run.use_folder(str(folder))
     assert window.pages.currentWidget() is window.studio_page
     assert window.settings.model_dir == str(folder)
+    assert "babbles" in window.windowTitle()
     window.shutdown()

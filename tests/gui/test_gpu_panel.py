@@ -15,7 +15,9 @@ pytestmark = pytest.mark.gui
 
 
 def snapshot(used_gib: float, util: int, processes: dict[int, int]) -> GpuSnapshot:
-    return GpuSnapshot(0, "NVIDIA H200", (9, 0), "580.1", int(141 * GIB), int(used_gib * GIB), util, processes)
+    return GpuSnapshot(
+        0, "NVIDIA H200", (9, 0), "580.1", int(141 * GIB), int(used_gib * GIB), util, processes
+    )
 
 
 def test_without_nvml_the_panel_says_there_is_no_nvidia_gpu(qtbot):

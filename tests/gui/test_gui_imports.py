@@ -26,7 +26,9 @@ def test_importing_and_building_the_window_loads_no_torch_vllm_or_runtime(tmp_pa
     )
     env = {"STUDIO_CONFIG_DIR": str(tmp_path / "c"), "STUDIO_DATA_DIR": str(tmp_path / "d"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert result.returncode == 0, result.stderr
     assert "BAD []" in result.stdout, result.stdout
 

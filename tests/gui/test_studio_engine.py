@@ -11,6 +11,7 @@ import signal
 import numpy as np
 import pytest
 import soundfile as sf
+from PySide6.QtCore import Qt
 
 from studio.engine.protocol import EngineState
 from studio.engine.warmup import synthetic_voice
@@ -29,7 +30,9 @@ def studio(qtbot, tiny_model_dir, monkeypatch):
 
     # the warm-up is the engine's own (tested there); skipping it halves this test's CPU time
     real_request = main_window.load_request
-    monkeypatch.setattr(main_window, "load_request", lambda s: dataclasses.replace(real_request(s), warmup=False))
+    monkeypatch.setattr(
+        main_window, "load_request", lambda s: dataclasses.replace(real_request(s), warmup=False)
+    )
 
     window = create_window(Settings(model_dir=str(tiny_model_dir), backend="pytorch"))
     qtbot.addWidget(window)
@@ -89,6 +92,21 @@ def test_generate_stream_save_export_then_crash_and_restart(qtbot, studio, tmp_p
     assert (info.samplerate, info.channels, info.subtype) == (24000, 1, "PCM_16")
     exported, _ = sf.read(written[0], dtype="float32")
     np.testing.assert_allclose(exported, audio, atol=1.5 / 32767)
+
+    # Esc stops a take mid-stream: the engine cancels it, the partial take is kept and marked stopped
+    window.text_panel.editor.setPlainText(
+        "This take is long enough to be stopped well before it ends by itself."
+    )
+    first_chunk = []
+    window.takes.sig_chunk.connect(lambda samples, _latency: first_chunk.append(samples))
+    window.text_panel.generate_button.click()
+    qtbot.waitUntil(lambda: bool(first_chunk), timeout=ENGINE_TIMEOUT_MS)
+    with qtbot.waitSignal(window.takes.sig_finished, timeout=60_000) as stopped:
+        qtbot.keyClick(window.text_panel.editor, Qt.Key.Key_Escape)
+    stats, partial = stopped.args
+    assert stats.cancelled
+    assert partial is not None and partial.name.startswith("(stopped)")
+    assert not window.player.is_playing
 
     # kill the engine: the status bar shows the crash and offers Restart, which brings it back
     pid = window.bridge.client.pid

@@ -32,8 +32,13 @@ def test_dropped_file_is_cleaned_saved_and_picked_again(panel, qtbot, tmp_path):
     sf.write(wav, padded.astype(np.float32), 44100)
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(wav))])
-    drop = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
+    drop = QDropEvent(
+        QPointF(5, 5),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     panel.dropEvent(drop)
     qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
     prompt = panel.current_prompt()
@@ -57,7 +62,11 @@ def test_dropped_file_is_cleaned_saved_and_picked_again(panel, qtbot, tmp_path):
     panel.saved.setCurrentIndex(panel.saved.findData("calm-voice"))
     panel.on_pick_saved(panel.saved.currentIndex())
     picked = panel.current_prompt()
-    assert (picked.voice_id, picked.voice_name, picked.transcript) == ("calm-voice", "Calm voice", "A calm voice reads.")
+    assert (picked.voice_id, picked.voice_name, picked.transcript) == (
+        "calm-voice",
+        "Calm voice",
+        "A calm voice reads.",
+    )
     np.testing.assert_allclose(picked.audio, prompt.audio, atol=1e-6)
 
 

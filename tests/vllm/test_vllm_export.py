@@ -60,6 +60,6 @@ def test_bad_llm_pt_raises_and_leaves_no_partial_export(tmp_path):
     torch.save({"speech_embedding.weight": torch.zeros(4, 2)}, bad)
     with pytest.raises(VllmExportError, match="not a CosyVoice2 Qwen2LM"):
         export_for_vllm(bad, {"hidden_size": 2}, root=tmp_path / "cache")
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert [p for p in (tmp_path / "cache").iterdir() if p.is_dir()] == []
     with pytest.raises(VllmExportError, match="not found"):
         export_for_vllm(tmp_path / "missing.pt", {}, root=tmp_path / "cache")

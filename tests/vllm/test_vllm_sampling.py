@@ -11,13 +11,14 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
 from studio.tts.sampling import RasSampling  # noqa: E402
-from studio.tts.vllm_sampling import RasLogitsProcessor, ras_extra_args  # noqa: E402
+from studio.tts.vllm_sampling import RasLogitsProcessor, ras_extra_args, step_uniform  # noqa: E402
 
 STOPS = [9, 10, 11]
 
 
-def ras_params(sampling: RasSampling, min_len: int = 0) -> SamplingParams:
+def ras_params(sampling: RasSampling, min_len: int = 0, seed: int = 0) -> SamplingParams:
     extra = ras_extra_args(
+        seed=seed,
         top_p=sampling.top_p,
         top_k=sampling.top_k,
         win_size=sampling.win_size,
@@ -47,7 +48,7 @@ def test_mixture_matches_upstream_ras_draws():
     sampling = RasSampling(top_p=0.8, top_k=4, win_size=4, tau_r=0.25)
     decoded = [7, 0, 5, 1]  # tokens 0 and 1 (both in the nucleus) were just used: a redraw when drawn
     processor = processor_with([(0, ras_params(sampling), list(decoded))])
-    expected = torch.softmax(processor.apply(logits.clone().unsqueeze(0))[0], dim=-1)
+    expected = processor.mixture(logits.unsqueeze(0))[1][0]
 
     generator = torch.Generator().manual_seed(0)
     logp = logits.log_softmax(dim=-1)
@@ -72,10 +73,15 @@ def test_stop_ids_masked_until_min_len_and_other_rows_untouched():
     )
     logits = torch.randn(3, 12, generator=torch.Generator().manual_seed(1))
     plain_row = logits[1].clone()
+    rows, mixture = processor.mixture(logits)
+    assert rows.tolist() == [0, 2]
+    assert (mixture[0, STOPS] == 0).all() and (mixture[1, STOPS] > 0).all()
     out = processor.apply(logits)
-    assert torch.isneginf(out[0, STOPS]).all()
     assert torch.equal(out[1], plain_row)
-    assert torch.isfinite(out[2, :9]).any() and not torch.isneginf(out[2, STOPS]).all()
+    for row in (0, 2):  # one-hot on the draw, so vLLM's greedy step takes it
+        assert (
+            torch.isfinite(out[row]).sum() == 1 and mixture[rows.tolist().index(row), out[row].argmax()] > 0
+        )
 
 
 def test_batch_moves_and_swaps_carry_request_state():
@@ -91,9 +97,23 @@ def test_batch_moves_and_swaps_carry_request_state():
     assert list(processor.requests) == [0] and processor.requests[0].top_k == 2
     # request a (top_k=2, window [1]): nucleus {0, 1}; token 1 repeats, so its mass is redrawn over p
     logits = torch.linspace(2.0, -2.0, 12).unsqueeze(0)
-    probs = torch.softmax(processor.apply(logits.clone()), dim=-1)[0]
+    probs = processor.mixture(logits)[1][0]
     p = torch.softmax(logits[0], dim=-1)
     nucleus = p[:2] / p[:2].sum()
     expected = nucleus[1] * p
     expected[0] += nucleus[0]
     torch.testing.assert_close(probs, expected)
+
+
+def test_draws_follow_the_mixture_and_repeat_per_seed_and_step():
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -3.0, -3.0]])
+    sampling = RasSampling(top_p=0.9, top_k=5, win_size=3, tau_r=0.3)
+    counts = torch.zeros(12)
+    for seed in range(3000):
+        processor = processor_with([(0, ras_params(sampling, seed=seed), [1, 8, 0])])
+        counts[processor.apply(logits.clone())[0].argmax()] += 1
+    expected = processor.mixture(logits)[1][0]
+    assert 0.5 * (counts / 3000 - expected).abs().sum() < 0.05
+    again = processor_with([(0, ras_params(sampling, seed=2999), [1, 8, 0])])
+    assert again.apply(logits.clone())[0].argmax() == processor.apply(logits.clone())[0].argmax()
+    assert step_uniform(5, 0) != step_uniform(5, 1) != step_uniform(6, 1)
