@@ -31,9 +31,16 @@ def tiny_folder() -> Path:
 def take(model, prompt, tokens: int, stream: bool, seed: int) -> dict:
     from studio.tts.cosyvoice2 import SynthesisSpec
 
-    spec = SynthesisSpec(text="Hello, this is a benchmark of the studio.", mode="zero_shot", prompt_wav=prompt,
-                         prompt_sr=16000, prompt_text="A short prompt for the voice.", stream=stream, seed=seed,
-                         exact_speech_tokens=tokens)
+    spec = SynthesisSpec(
+        text="Hello, this is a benchmark of the studio.",
+        mode="zero_shot",
+        prompt_wav=prompt,
+        prompt_sr=16000,
+        prompt_text="A short prompt for the voice.",
+        stream=stream,
+        seed=seed,
+        exact_speech_tokens=tokens,
+    )
     started = time.perf_counter()
     first = None
     samples = 0
@@ -70,9 +77,11 @@ def main() -> int:
     for stream in (False, True):
         runs = [take(model, prompt, args.tokens, stream, seed) for seed in range(args.repeats)]
         median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"{'streaming' if stream else 'offline  '}: {median['audio']:.1f} s audio, RTF {median['rtf']:.3f} "
-              f"(llm {median['llm']:.3f}, flow {median['flow']:.3f}, hift {median['hift']:.3f}), "
-              f"first chunk {median['first']:.2f} s  [median of {args.repeats}]")
+        print(
+            f"{'streaming' if stream else 'offline  '}: {median['audio']:.1f} s audio, RTF {median['rtf']:.3f} "
+            f"(llm {median['llm']:.3f}, flow {median['flow']:.3f}, hift {median['hift']:.3f}), "
+            f"first chunk {median['first']:.2f} s  [median of {args.repeats}]"
+        )
     return 0
 
 

@@ -29,7 +29,9 @@ def main() -> int:
     from studio.tts.token2wav import Token2WavStream
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    config = read_config(args.model_dir / YAML_FILE, {"qwen_pretrain_path": str(args.model_dir / BLANKEN_DIR)})
+    config = read_config(
+        args.model_dir / YAML_FILE, {"qwen_pretrain_path": str(args.model_dir / BLANKEN_DIR)}
+    )
     llm = load_llm(args.model_dir, config, device)
     flow = load_flow(args.model_dir, config, device)
     hift = load_hift(args.model_dir, config, device)
@@ -45,12 +47,29 @@ def main() -> int:
         with torch.inference_mode():
             embeds = llm.build_prompt_embeds([1, 2, 3, 4], [], prompt_token.reshape(-1))[0]
         started = time.perf_counter()
-        tokens = list(backend.generate(embeds, min_len=args.tokens, max_len=args.tokens, sampling=llm.sampling,
-                                       seed=0, cancel=threading.Event(), ignore_stop=True))
+        tokens = list(
+            backend.generate(
+                embeds,
+                min_len=args.tokens,
+                max_len=args.tokens,
+                sampling=llm.sampling,
+                seed=0,
+                cancel=threading.Event(),
+                ignore_stop=True,
+            )
+        )
         llm_seconds = time.perf_counter() - started
         for streaming in (False, True):
-            stream = Token2WavStream(flow, hift, prompt_token, prompt_feat, embedding, streaming=streaming,
-                                     generator=torch.Generator(device=device).manual_seed(0), fp16=fp16)
+            stream = Token2WavStream(
+                flow,
+                hift,
+                prompt_token,
+                prompt_feat,
+                embedding,
+                streaming=streaming,
+                generator=torch.Generator(device=device).manual_seed(0),
+                fp16=fp16,
+            )
             started = time.perf_counter()
             pieces = []
             while stream.ready(len(tokens)):
@@ -60,10 +79,12 @@ def main() -> int:
                 torch.cuda.synchronize()
             speech = torch.cat(pieces, dim=1)
             seconds = time.perf_counter() - started
-            print(f"fp16={fp16} streaming={streaming}: {len(tokens)} tokens, llm {llm_seconds:.2f} s, "
-                  f"token2wav {seconds:.2f} s in {len(pieces)} chunks, samples {speech.shape[1]} "
-                  f"(expected {len(tokens) * 960}), dtype {speech.dtype}, finite {bool(torch.isfinite(speech).all())}, "
-                  f"peak {speech.abs().max():.3f}")
+            print(
+                f"fp16={fp16} streaming={streaming}: {len(tokens)} tokens, llm {llm_seconds:.2f} s, "
+                f"token2wav {seconds:.2f} s in {len(pieces)} chunks, samples {speech.shape[1]} "
+                f"(expected {len(tokens) * 960}), dtype {speech.dtype}, finite {bool(torch.isfinite(speech).all())}, "
+                f"peak {speech.abs().max():.3f}"
+            )
     return 0
 
 

@@ -79,7 +79,7 @@ def main() -> int:
     voice = Path(window.settings.resolved_output_dir()).parent / "my-voice.wav"
     rate = 44100
     speech = 0.5 * synthetic_voice(rate, 6.0)
-    noise = 0.01 * np.random.default_rng(1).standard_normal(rate)
+    noise = 0.002 * np.random.default_rng(1).standard_normal(rate)  # room noise around the speech
     sf.write(voice, np.concatenate([noise, speech + 0.01, noise]).astype(np.float32), rate)
     window.voice_panel.import_file(str(voice))
     wait_until(lambda: window.voice_panel.current_prompt() is not None, 60, "the cleanup")

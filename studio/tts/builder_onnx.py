@@ -27,8 +27,9 @@ def _save(graph, path: Path) -> Path:
     import onnx
     from onnx import helper
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="cosyvoice-studio make-model")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="cosyvoice-studio make-model"
+    )
     model.ir_version = 8  # readable by every onnxruntime the studio supports
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
@@ -59,7 +60,8 @@ def write_campplus(path: Path, rng: np.random.Generator, hidden: int = 256) -> P
         helper.make_node("Add", ["e0", "b2"], ["output"]),
     ]
     graph = helper.make_graph(
-        nodes, "campplus",
+        nodes,
+        "campplus",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["B", "T", 80])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["B", EMBEDDING_DIM])],
         [_initializer("w1", w1), _initializer("b1", b1), _initializer("w2", w2), _initializer("b2", b2)],
@@ -84,9 +86,12 @@ def write_speech_tokenizer(path: Path, rng: np.random.Generator) -> Path:
         helper.make_node("Identity", ["feats_length"], ["feats_length_unused"]),
     ]
     graph = helper.make_graph(
-        nodes, "speech_tokenizer_v2",
-        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
-         helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
+        nodes,
+        "speech_tokenizer_v2",
+        [
+            helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
+            helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1]),
+        ],
         [helper.make_tensor_value_info("indices", TensorProto.INT32, [1, "T_tokens"])],
         [_initializer("weight", weight), _initializer("bias", bias)],
     )

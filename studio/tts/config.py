@@ -25,8 +25,7 @@ CLASS_TABLE: dict[str, str] = {
     "cosyvoice.llm.llm.Qwen2Encoder": "studio.tts.llm:Qwen2Encoder",
     "cosyvoice.utils.common.ras_sampling": "studio.tts.sampling:RasSampling",
     "cosyvoice.flow.flow.CausalMaskedDiffWithXvec": "studio.tts.flow.flow:CausalMaskedDiffWithXvec",
-    "cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder":
-        "studio.tts.flow.encoder:UpsampleConformerEncoder",
+    "cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder": "studio.tts.flow.encoder:UpsampleConformerEncoder",
     "cosyvoice.flow.flow_matching.CausalConditionalCFM": "studio.tts.flow.cfm:CausalConditionalCFM",
     "cosyvoice.flow.decoder.CausalConditionalDecoder": "studio.tts.flow.estimator:CausalConditionalDecoder",
     "cosyvoice.hifigan.generator.HiFTGenerator": "studio.tts.hift:HiFTGenerator",
@@ -99,9 +98,15 @@ _HyperLoader.add_implicit_resolver(
 )
 
 _REF_PATTERN = re.compile(r"<([^<>]+)>")
-_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
-               ast.Mod: operator.mod}
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
+}
 
 
 def _evaluate_arithmetic(text: str) -> Any:
@@ -233,14 +238,19 @@ class ModelConfig:
         try:
             return factory(*args, **kwargs)
         except TypeError as exc:
-            raise ConfigError(self.path, f"cannot build {value.target} from the yaml's arguments: {exc}") from exc
+            raise ConfigError(
+                self.path, f"cannot build {value.target} from the yaml's arguments: {exc}"
+            ) from exc
 
 
 def _import_target(target: str, path: Path) -> Any:
     spec = CLASS_TABLE.get(target)
     if spec is None:
-        raise ConfigError(path, f"unknown class {target!r} in a model section (the runtime knows: "
-                                f"{', '.join(sorted(CLASS_TABLE))})")
+        raise ConfigError(
+            path,
+            f"unknown class {target!r} in a model section (the runtime knows: "
+            f"{', '.join(sorted(CLASS_TABLE))})",
+        )
     module_name, attribute = spec.split(":")
     return getattr(importlib.import_module(module_name), attribute)
 

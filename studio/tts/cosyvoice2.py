@@ -68,8 +68,15 @@ class _Prompt:
 class CosyVoice2:
     """CosyVoice2-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice2``."""
 
-    def __init__(self, model_dir: str | Path, load_jit: bool = False, load_trt: bool = False,
-                 load_vllm: bool = False, fp16: bool = False, **vllm_options: Any):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        load_jit: bool = False,
+        load_trt: bool = False,
+        load_vllm: bool = False,
+        fp16: bool = False,
+        **vllm_options: Any,
+    ):
         if load_jit or load_trt:
             log.warning("load_jit/load_trt are not supported by this runtime; using PyTorch modules")
         self.model_dir = Path(model_dir)
@@ -101,8 +108,9 @@ class CosyVoice2:
     def list_available_spks(self) -> list[str]:
         return list(self.spk2info)
 
-    def add_zero_shot_spk(self, prompt_text: str, prompt_wav: Any, zero_shot_spk_id: str,
-                          prompt_sr: int | None = None) -> bool:
+    def add_zero_shot_spk(
+        self, prompt_text: str, prompt_wav: Any, zero_shot_spk_id: str, prompt_sr: int | None = None
+    ) -> bool:
         """Remember a voice (prompt features and transcript) under ``zero_shot_spk_id``."""
         if not zero_shot_spk_id:
             raise SynthesisError("a saved voice needs a non-empty id")
@@ -112,10 +120,14 @@ class CosyVoice2:
         entry = {
             "prompt_text": torch.tensor([text_ids], dtype=torch.int32),
             "prompt_text_len": torch.tensor([len(text_ids)], dtype=torch.int32),
-            "llm_prompt_speech_token": token, "llm_prompt_speech_token_len": torch.tensor([len(tokens)]),
-            "flow_prompt_speech_token": token, "flow_prompt_speech_token_len": torch.tensor([len(tokens)]),
-            "prompt_speech_feat": feat, "prompt_speech_feat_len": torch.tensor([feat.shape[1]]),
-            "llm_embedding": embedding, "flow_embedding": embedding,
+            "llm_prompt_speech_token": token,
+            "llm_prompt_speech_token_len": torch.tensor([len(tokens)]),
+            "flow_prompt_speech_token": token,
+            "flow_prompt_speech_token_len": torch.tensor([len(tokens)]),
+            "prompt_speech_feat": feat,
+            "prompt_speech_feat_len": torch.tensor([feat.shape[1]]),
+            "llm_embedding": embedding,
+            "flow_embedding": embedding,
         }
         with self._voices_lock:
             self.spk2info[zero_shot_spk_id] = entry
@@ -131,25 +143,71 @@ class CosyVoice2:
         return self.voices_file
 
     # -- upstream-compatible entry points ------------------------------------------------------------
-    def inference_zero_shot(self, tts_text, prompt_text, prompt_wav, zero_shot_spk_id="", stream=False,
-                            speed=1.0, text_frontend=True, **extra) -> Iterator[dict]:
-        return self.synthesize(SynthesisSpec(
-            text=tts_text, mode="zero_shot", prompt_wav=None if zero_shot_spk_id else prompt_wav,
-            prompt_text=prompt_text, spk_id=zero_shot_spk_id, stream=stream, speed=speed,
-            text_frontend=text_frontend, **extra))
+    def inference_zero_shot(
+        self,
+        tts_text,
+        prompt_text,
+        prompt_wav,
+        zero_shot_spk_id="",
+        stream=False,
+        speed=1.0,
+        text_frontend=True,
+        **extra,
+    ) -> Iterator[dict]:
+        return self.synthesize(
+            SynthesisSpec(
+                text=tts_text,
+                mode="zero_shot",
+                prompt_wav=None if zero_shot_spk_id else prompt_wav,
+                prompt_text=prompt_text,
+                spk_id=zero_shot_spk_id,
+                stream=stream,
+                speed=speed,
+                text_frontend=text_frontend,
+                **extra,
+            )
+        )
 
-    def inference_cross_lingual(self, tts_text, prompt_wav, zero_shot_spk_id="", stream=False, speed=1.0,
-                                text_frontend=True, **extra) -> Iterator[dict]:
-        return self.synthesize(SynthesisSpec(
-            text=tts_text, mode="cross_lingual", prompt_wav=None if zero_shot_spk_id else prompt_wav,
-            spk_id=zero_shot_spk_id, stream=stream, speed=speed, text_frontend=text_frontend, **extra))
+    def inference_cross_lingual(
+        self, tts_text, prompt_wav, zero_shot_spk_id="", stream=False, speed=1.0, text_frontend=True, **extra
+    ) -> Iterator[dict]:
+        return self.synthesize(
+            SynthesisSpec(
+                text=tts_text,
+                mode="cross_lingual",
+                prompt_wav=None if zero_shot_spk_id else prompt_wav,
+                spk_id=zero_shot_spk_id,
+                stream=stream,
+                speed=speed,
+                text_frontend=text_frontend,
+                **extra,
+            )
+        )
 
-    def inference_instruct2(self, tts_text, instruct_text, prompt_wav, zero_shot_spk_id="", stream=False,
-                            speed=1.0, text_frontend=True, **extra) -> Iterator[dict]:
-        return self.synthesize(SynthesisSpec(
-            text=tts_text, mode="instruct2", prompt_wav=None if zero_shot_spk_id else prompt_wav,
-            instruct_text=instruct_text, spk_id=zero_shot_spk_id, stream=stream, speed=speed,
-            text_frontend=text_frontend, **extra))
+    def inference_instruct2(
+        self,
+        tts_text,
+        instruct_text,
+        prompt_wav,
+        zero_shot_spk_id="",
+        stream=False,
+        speed=1.0,
+        text_frontend=True,
+        **extra,
+    ) -> Iterator[dict]:
+        return self.synthesize(
+            SynthesisSpec(
+                text=tts_text,
+                mode="instruct2",
+                prompt_wav=None if zero_shot_spk_id else prompt_wav,
+                instruct_text=instruct_text,
+                spk_id=zero_shot_spk_id,
+                stream=stream,
+                speed=speed,
+                text_frontend=text_frontend,
+                **extra,
+            )
+        )
 
     def inference_instruct(self, *args, **kwargs):
         raise NotImplementedError("inference_instruct is CosyVoice (v1) only; use inference_instruct2")
@@ -190,14 +248,29 @@ class CosyVoice2:
         cancel = LinkedEvent(spec.cancel)
 
         def generate():
-            return self.backend.generate(embeds, min_len=min_len, max_len=max_len, sampling=llm.sampling,
-                                         seed=seed, cancel=cancel, ignore_stop=ignore_stop)
+            return self.backend.generate(
+                embeds,
+                min_len=min_len,
+                max_len=max_len,
+                sampling=llm.sampling,
+                seed=seed,
+                cancel=cancel,
+                ignore_stop=ignore_stop,
+            )
 
         hift_generator = torch.Generator(device=self.model.device).manual_seed(seed)
         stream = Token2WavStream(
-            flow=self.model.flow, hift=self.model.hift, prompt_token=prompt.flow_token,
-            prompt_feat=prompt.flow_feat, embedding=prompt.embedding, streaming=spec.stream,
-            speed=float(spec.speed), generator=hift_generator, fp16=self.fp16, token_hop_len=self.token_hop_len)
+            flow=self.model.flow,
+            hift=self.model.hift,
+            prompt_token=prompt.flow_token,
+            prompt_feat=prompt.flow_feat,
+            embedding=prompt.embedding,
+            streaming=spec.stream,
+            speed=float(spec.speed),
+            generator=hift_generator,
+            fp16=self.fp16,
+            token_hop_len=self.token_hop_len,
+        )
         producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
         used = 0
         try:
@@ -222,20 +295,30 @@ class CosyVoice2:
 
     @staticmethod
     def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:
-        return {"tts_speech": speech.float().cpu(), "_new_tokens": new_tokens,
-                "timings": {"llm": llm_seconds, "flow": times.flow, "hift": times.hift}}
+        return {
+            "tts_speech": speech.float().cpu(),
+            "_new_tokens": new_tokens,
+            "timings": {"llm": llm_seconds, "flow": times.flow, "hift": times.hift},
+        }
 
     # -- request preparation ---------------------------------------------------------------------
     def _prepare_prompt(self, spec: SynthesisSpec) -> _Prompt:
         if spec.spk_id:
             voice = self.spk2info.get(spec.spk_id)
             if voice is None:
-                raise SynthesisError(f"unknown saved voice {spec.spk_id!r}; known: {', '.join(self.spk2info) or 'none'}")
+                raise SynthesisError(
+                    f"unknown saved voice {spec.spk_id!r}; known: {', '.join(self.spk2info) or 'none'}"
+                )
             needed = ("flow_prompt_speech_token", "prompt_speech_feat", "flow_embedding")
             if any(key not in voice for key in needed):
-                raise SynthesisError(f"saved voice {spec.spk_id!r} has no prompt recording (not a zero-shot voice)")
+                raise SynthesisError(
+                    f"saved voice {spec.spk_id!r} has no prompt recording (not a zero-shot voice)"
+                )
             flow_token = voice["flow_prompt_speech_token"].reshape(1, -1).to(torch.int32)
-            feat, embedding = voice["prompt_speech_feat"].float(), voice["flow_embedding"].float().reshape(1, -1)
+            feat, embedding = (
+                voice["prompt_speech_feat"].float(),
+                voice["flow_embedding"].float().reshape(1, -1),
+            )
             cached_text = voice.get("prompt_text", torch.zeros(1, 0, dtype=torch.int32)).reshape(-1).tolist()
             cached_tokens = voice.get("llm_prompt_speech_token", flow_token).reshape(-1).tolist()
         else:
@@ -252,7 +335,11 @@ class CosyVoice2:
         if spec.mode == "cross_lingual":
             return _Prompt([], [], flow_token, feat, embedding)
         # instruct2: the instruction always replaces the voice's transcript (upstream defect 5)
-        instruct = spec.instruct_text if spec.instruct_text.endswith(END_OF_PROMPT) else spec.instruct_text + END_OF_PROMPT
+        instruct = (
+            spec.instruct_text
+            if spec.instruct_text.endswith(END_OF_PROMPT)
+            else spec.instruct_text + END_OF_PROMPT
+        )
         return _Prompt(self._encode(instruct), [], flow_token, feat, embedding)
 
     def _prompt_features(self, prompt_wav: Any, prompt_sr: int | None):
@@ -260,8 +347,9 @@ class CosyVoice2:
         if isinstance(prompt_wav, torch.Tensor):
             prompt_wav = prompt_wav.detach().float().cpu().numpy()
         if not isinstance(prompt_wav, (str, Path, np.ndarray)):
-            raise SynthesisError(f"prompt_wav must be a path, a numpy array or a tensor, "
-                                 f"not {type(prompt_wav).__name__}")
+            raise SynthesisError(
+                f"prompt_wav must be a path, a numpy array or a tensor, not {type(prompt_wav).__name__}"
+            )
         sr = None if isinstance(prompt_wav, (str, Path)) else int(prompt_sr or 16000)
         try:
             features = self.model.frontend.prompt_features(prompt_wav, sr)

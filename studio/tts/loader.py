@@ -28,8 +28,15 @@ SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2.onnx"
 SPK2INFO_FILE = "spk2info.pt"
 BLANKEN_DIR = "CosyVoice-BlankEN"
 BLANKEN_FILES = ("config.json", "vocab.json", "merges.txt", "tokenizer_config.json")
-REQUIRED_FILES = (YAML_FILE, LLM_FILE, FLOW_FILE, HIFT_FILE, CAMPPLUS_FILE, SPEECH_TOKENIZER_FILE,
-                  *(f"{BLANKEN_DIR}/{name}" for name in BLANKEN_FILES))
+REQUIRED_FILES = (
+    YAML_FILE,
+    LLM_FILE,
+    FLOW_FILE,
+    HIFT_FILE,
+    CAMPPLUS_FILE,
+    SPEECH_TOKENIZER_FILE,
+    *(f"{BLANKEN_DIR}/{name}" for name in BLANKEN_FILES),
+)
 _LISTED = 4  # how many keys an error message lists before "and N more"
 
 
@@ -56,8 +63,11 @@ def check_folder(model_dir: str | Path) -> Path:
     """Return the folder as a Path, or raise `ModelFolderError` listing every required file it lacks."""
     model_dir = Path(model_dir).expanduser()
     if not model_dir.is_dir():
-        raise MissingModelFileError(model_dir, "model folder not found (expected a folder laid out like "
-                                               "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)")
+        raise MissingModelFileError(
+            model_dir,
+            "model folder not found (expected a folder laid out like "
+            "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)",
+        )
     missing = [name for name in REQUIRED_FILES if not (model_dir / name).is_file()]
     if missing:
         first = model_dir / missing[0]
@@ -73,8 +83,11 @@ def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str,
     except FileNotFoundError as exc:
         raise MissingModelFileError(path, "missing from the model folder") from exc
     except Exception as exc:  # truncated zip, pickle errors, unsafe content: all "cannot be read"
-        raise ModelFolderError(path, f"cannot be read as a PyTorch state dict (truncated or corrupt?): "
-                                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from exc
+        raise ModelFolderError(
+            path,
+            f"cannot be read as a PyTorch state dict (truncated or corrupt?): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+        ) from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ModelFolderError(path, "expected a state dict (a mapping of names to tensors)")
     return state
@@ -90,8 +103,11 @@ def describe_mismatch(module: torch.nn.Module, state: dict[str, torch.Tensor]) -
     expected = module.state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
-    shapes = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
-              for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
     parts = []
     if missing:
         parts.append(f"{len(missing)} missing key(s): {_listing(missing)}")
@@ -102,8 +118,9 @@ def describe_mismatch(module: torch.nn.Module, state: dict[str, torch.Tensor]) -
     return "; ".join(parts)
 
 
-def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, *,
-                assign: bool = False, loader=None) -> None:
+def load_strict(
+    module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, *, assign: bool = False, loader=None
+) -> None:
     """Load ``state`` into ``module`` with strict matching; mismatches become a `ModelFolderError`."""
     problem = describe_mismatch(module, state) if loader is None else ""
     if problem:
@@ -132,8 +149,11 @@ def _open(path: Path, what: str, factory):
     except ModelFolderError:
         raise
     except Exception as exc:  # onnxruntime and tokenizers raise their own assorted errors
-        raise ModelFolderError(path, f"cannot be loaded as {what}: {type(exc).__name__}: "
-                                     f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+        raise ModelFolderError(
+            path,
+            f"cannot be loaded as {what}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
+        ) from exc
 
 
 def load_llm(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
@@ -173,10 +193,16 @@ def load_frontend(model_dir: Path, device: torch.device) -> Any:
     use_cuda = device.type == "cuda"
     return Frontend(
         _open(model_dir / BLANKEN_DIR, "the Qwen2 tokenizer", TextFrontend),
-        _open(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model",
-              lambda path: SpeakerEmbedder(path, use_cuda=use_cuda)),
-        _open(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer",
-              lambda path: SpeechTokenizer(path, use_cuda=use_cuda)),
+        _open(
+            model_dir / CAMPPLUS_FILE,
+            "the CAM++ speaker model",
+            lambda path: SpeakerEmbedder(path, use_cuda=use_cuda),
+        ),
+        _open(
+            model_dir / SPEECH_TOKENIZER_FILE,
+            "the speech tokenizer",
+            lambda path: SpeechTokenizer(path, use_cuda=use_cuda),
+        ),
         device,
     )
 
@@ -194,8 +220,9 @@ def load_spk2info(path: Path) -> dict:
     return data
 
 
-def load_model_folder(model_dir: str | Path, *, device: torch.device | str | None = None,
-                      fp16: bool = False) -> LoadedModel:
+def load_model_folder(
+    model_dir: str | Path, *, device: torch.device | str | None = None, fp16: bool = False
+) -> LoadedModel:
     """Load the whole folder; ``fp16`` (CUDA only, as upstream) halves the LM and the flow."""
     model_dir = check_folder(model_dir)
     device = torch.device(device) if device is not None else default_device()

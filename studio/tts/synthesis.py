@@ -76,8 +76,9 @@ class SpeechTokenProducer:
     backend and joins the thread, so abandoning a request leaves nothing running.
     """
 
-    def __init__(self, generate, cancel: LinkedEvent, name: str = "cosyvoice2-llm",
-                 intra_op_threads: int | None = None):
+    def __init__(
+        self, generate, cancel: LinkedEvent, name: str = "cosyvoice2-llm", intra_op_threads: int | None = None
+    ):
         self._generate = generate  # a no-argument callable returning an iterator of token ids
         # torch's intra-op thread count is per thread: one for the LM on CPU keeps its OpenMP team from
         # fighting the flow's team for the same cores (per-token LM work is too small to split anyway)

@@ -141,7 +141,9 @@ class Token2WavStream:
             cache_source = torch.zeros(1, 1, 0, device=mel.device)
         if mel.shape[2] == 0:
             return torch.zeros(1, 0)
-        speech, source = self.hift.inference(speech_feat=mel, cache_source=cache_source, generator=self.generator)
+        speech, source = self.hift.inference(
+            speech_feat=mel, cache_source=cache_source, generator=self.generator
+        )
         speech = speech.float().cpu()
         if self._cache is not None:
             speech = _cross_fade(speech, self._cache.speech, self.window)
@@ -162,5 +164,7 @@ def _cross_fade(fade_in: torch.Tensor, fade_out: torch.Tensor, window: torch.Ten
     if overlap == 0:
         return fade_in
     out = fade_in.clone()
-    out[..., :overlap] = fade_in[..., :overlap] * window[:overlap] + fade_out[..., -overlap:] * window[-overlap:]
+    out[..., :overlap] = (
+        fade_in[..., :overlap] * window[:overlap] + fade_out[..., -overlap:] * window[-overlap:]
+    )
     return out

@@ -10,18 +10,30 @@ from string import Template
 
 FULL_DIMENSIONS = {
     "llm_size": 896,
-    "encoder_heads": 8, "encoder_units": 2048, "encoder_blocks": 6,
-    "estimator_channels": "[256]", "estimator_head_dim": 64, "estimator_blocks": 4,
-    "estimator_mid_blocks": 12, "estimator_heads": 8,
-    "hift_channels": 512, "f0_channels": 512,
+    "encoder_heads": 8,
+    "encoder_units": 2048,
+    "encoder_blocks": 6,
+    "estimator_channels": "[256]",
+    "estimator_head_dim": 64,
+    "estimator_blocks": 4,
+    "estimator_mid_blocks": 12,
+    "estimator_heads": 8,
+    "hift_channels": 512,
+    "f0_channels": 512,
 }
 
 TINY_DIMENSIONS = {
     "llm_size": 128,
-    "encoder_heads": 8, "encoder_units": 64, "encoder_blocks": 1,
-    "estimator_channels": "[64]", "estimator_head_dim": 32, "estimator_blocks": 1,
-    "estimator_mid_blocks": 1, "estimator_heads": 2,
-    "hift_channels": 64, "f0_channels": 64,
+    "encoder_heads": 8,
+    "encoder_units": 64,
+    "encoder_blocks": 1,
+    "estimator_channels": "[64]",
+    "estimator_head_dim": 32,
+    "estimator_blocks": 1,
+    "estimator_mid_blocks": 1,
+    "estimator_heads": 2,
+    "hift_channels": 64,
+    "f0_channels": 64,
 }
 
 TEMPLATE = Template("""\

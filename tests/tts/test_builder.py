@@ -71,7 +71,12 @@ def test_make_model_command_is_seeded(tiny_model_dir, tmp_path, capsys):
         cached = torch.load(tiny_model_dir / name, weights_only=True)
         assert ours.keys() == cached.keys()
         assert all(torch.equal(ours[k], cached[k]) for k in ours), name
-    for name in ("campplus.onnx", "speech_tokenizer_v2.onnx", "cosyvoice2.yaml", "CosyVoice-BlankEN/vocab.json"):
+    for name in (
+        "campplus.onnx",
+        "speech_tokenizer_v2.onnx",
+        "cosyvoice2.yaml",
+        "CosyVoice-BlankEN/vocab.json",
+    ):
         assert (tmp_path / "again" / name).read_bytes() == (tiny_model_dir / name).read_bytes(), name
     # a non-empty target is refused with a message, not a traceback
     assert main(["make-model", str(tmp_path / "again")]) == 2
@@ -84,9 +89,17 @@ def test_tiny_weights_give_sane_outputs(tiny_cosyvoice):
     token = torch.randint(0, 6561, (1, 40), generator=generator, dtype=torch.int32)
     prompt = torch.randint(0, 6561, (1, 10), generator=generator, dtype=torch.int32)
     with torch.inference_mode():
-        mel, _ = model.flow.inference(token, torch.tensor([40]), prompt, torch.tensor([10]),
-                                      torch.randn(1, 20, 80, generator=generator) - 6, torch.tensor([20]),
-                                      torch.randn(1, 192, generator=generator), streaming=False, finalize=True)
+        mel, _ = model.flow.inference(
+            token,
+            torch.tensor([40]),
+            prompt,
+            torch.tensor([10]),
+            torch.randn(1, 20, 80, generator=generator) - 6,
+            torch.tensor([20]),
+            torch.randn(1, 192, generator=generator),
+            streaming=False,
+            finalize=True,
+        )
         speech, _ = model.hift.inference(mel, torch.zeros(1, 1, 0), generator=generator)
     assert mel.shape == (1, 80, 80) and torch.isfinite(mel).all()
     assert speech.shape == (1, 80 * 480) and torch.isfinite(speech).all()
@@ -100,7 +113,9 @@ def test_full_size_matches_the_official_shapes(tmp_path):
     (tmp_path / "cosyvoice2.yaml").write_text(render_yaml(FULL_DIMENSIONS))
     config = read_config(tmp_path / "cosyvoice2.yaml", {"qwen_pretrain_path": str(blanken)})
     with torch.device("meta"):  # shapes only: no memory, no time
-        sizes = {name: sum(p.numel() for p in config.build(name).parameters()) for name in ("llm", "flow", "hift")}
+        sizes = {
+            name: sum(p.numel() for p in config.build(name).parameters()) for name in ("llm", "flow", "hift")
+        }
     # official llm.pt 2.0 GB, flow.pt 451 MB, hift.pt 83 MB of float32
     assert sizes["llm"] * 4 == pytest.approx(2.02e9, rel=0.01)
     assert sizes["flow"] * 4 == pytest.approx(450e6, rel=0.01)

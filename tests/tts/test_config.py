@@ -60,8 +60,10 @@ def test_attrdict_reads_as_mapping_and_attributes():
 
 def test_string_interpolation_and_override(tmp_path):
     path = tmp_path / "cosyvoice2.yaml"
-    path.write_text(render_yaml(TINY_DIMENSIONS) + "data_dir: /data\nlist_file: !ref <data_dir>/list.txt\n"
-                    "half: !ref <sample_rate> // 2\n")
+    path.write_text(
+        render_yaml(TINY_DIMENSIONS) + "data_dir: /data\nlist_file: !ref <data_dir>/list.txt\n"
+        "half: !ref <sample_rate> // 2\n"
+    )
     config = read_config(path, {"data_dir": "/elsewhere"})
     assert config["list_file"] == "/elsewhere/list.txt"
     assert config["half"] == 12000
@@ -88,7 +90,10 @@ def test_missing_yaml_and_unknown_class(tmp_path):
     with pytest.raises(ConfigError, match="missing"):
         read_config(tmp_path / "cosyvoice2.yaml")
     path = tmp_path / "cosyvoice2.yaml"
-    path.write_text(render_yaml(TINY_DIMENSIONS).replace("cosyvoice.hifigan.generator.HiFTGenerator",
-                                                          "cosyvoice.hifigan.generator.Other"))
+    path.write_text(
+        render_yaml(TINY_DIMENSIONS).replace(
+            "cosyvoice.hifigan.generator.HiFTGenerator", "cosyvoice.hifigan.generator.Other"
+        )
+    )
     with pytest.raises(ConfigError, match="unknown class 'cosyvoice.hifigan.generator.Other'"):
         read_config(path).build("hift")

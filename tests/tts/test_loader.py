@@ -84,7 +84,9 @@ def test_yaml_that_disagrees_with_the_weights_is_reported(tiny_model_dir, tmp_pa
     folder = _linked_copy(tiny_model_dir, tmp_path / "m")
     yaml_text = (tiny_model_dir / "cosyvoice2.yaml").read_text()
     _replace(folder / "cosyvoice2.yaml", yaml_text.replace("num_blocks: 1", "num_blocks: 2").encode())
-    with pytest.raises(ModelFolderError, match=r"flow\.pt: does not match .*missing key\(s\): encoder\.encoders\.1"):
+    with pytest.raises(
+        ModelFolderError, match=r"flow\.pt: does not match .*missing key\(s\): encoder\.encoders\.1"
+    ):
         load_model_folder(folder, device="cpu")
 
 
@@ -96,8 +98,9 @@ def test_corrupt_onnx_is_named(tiny_model_dir, tmp_path, name):
         load_model_folder(folder, device="cpu")
 
 
-def test_read_only_folder_synthesises_and_saves_voices_elsewhere(tiny_model_dir, tmp_path, monkeypatch,
-                                                                  prompt_wav16k):
+def test_read_only_folder_synthesises_and_saves_voices_elsewhere(
+    tiny_model_dir, tmp_path, monkeypatch, prompt_wav16k
+):
     from studio.tts.cosyvoice2 import CosyVoice2, SynthesisSpec, voices_dir
     from studio.tts.loader import load_spk2info
 
@@ -109,8 +112,13 @@ def test_read_only_folder_synthesises_and_saves_voices_elsewhere(tiny_model_dir,
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     try:
         model = CosyVoice2(folder)
-        out = list(model.synthesize(SynthesisSpec(text="Hi.", mode="cross_lingual", prompt_wav=prompt_wav16k,
-                                                  seed=1, exact_speech_tokens=10)))
+        out = list(
+            model.synthesize(
+                SynthesisSpec(
+                    text="Hi.", mode="cross_lingual", prompt_wav=prompt_wav16k, seed=1, exact_speech_tokens=10
+                )
+            )
+        )
         assert out[0]["tts_speech"].shape == (1, 10 * 960)
         model.add_zero_shot_spk("A prompt.", prompt_wav16k, "voice")
         saved = model.save_spkinfo()

@@ -15,8 +15,14 @@ TOKENS = 60  # with the 2 s prompt (50 tokens): first chunk at 25 + 0 pad + 3 lo
 
 
 def _spec(prompt, **kwargs) -> SynthesisSpec:
-    base = dict(text="Hello.", mode="cross_lingual", prompt_wav=prompt, prompt_sr=16000, seed=7,
-                exact_speech_tokens=TOKENS)
+    base = dict(
+        text="Hello.",
+        mode="cross_lingual",
+        prompt_wav=prompt,
+        prompt_sr=16000,
+        seed=7,
+        exact_speech_tokens=TOKENS,
+    )
     base.update(kwargs)
     return SynthesisSpec(**base)
 
@@ -122,8 +128,9 @@ def test_closing_a_stream_cancels_its_work(tiny_cosyvoice, prompt_wav16k, monkey
 def test_cancel_event_stops_a_request(tiny_cosyvoice, prompt_wav16k, monkeypatch):
     monkeypatch.setattr(tiny_cosyvoice, "backend", ScriptedBackend(tiny_cosyvoice.backend, delay=0.02))
     cancel = threading.Event()
-    generator = tiny_cosyvoice.synthesize(_spec(prompt_wav16k, stream=True, exact_speech_tokens=2000,
-                                                cancel=cancel))
+    generator = tiny_cosyvoice.synthesize(
+        _spec(prompt_wav16k, stream=True, exact_speech_tokens=2000, cancel=cancel)
+    )
     next(generator)
     cancel.set()
     assert list(generator) == []  # ends without another chunk

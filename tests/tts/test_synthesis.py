@@ -28,8 +28,16 @@ def _check_audio(speech: torch.Tensor) -> None:
 def test_each_mode_gives_24khz_float32_of_a_plausible_length(tiny_cosyvoice, prompt_wav16k, mode):
     model = tiny_cosyvoice
     text = "Hi there."
-    outputs, speech = _run(model, text=text, mode=mode, prompt_wav=prompt_wav16k, prompt_sr=16000,
-                           prompt_text="A short prompt.", instruct_text="Speak slowly.", seed=3)
+    outputs, speech = _run(
+        model,
+        text=text,
+        mode=mode,
+        prompt_wav=prompt_wav16k,
+        prompt_sr=16000,
+        prompt_text="A short prompt.",
+        instruct_text="Speak slowly.",
+        seed=3,
+    )
     assert model.sample_rate == 24000
     _check_audio(speech)
     tokens = outputs[-1]["speech_tokens"]
@@ -55,7 +63,9 @@ def test_seed_makes_requests_reproducible(tiny_cosyvoice, prompt_wav16k):
 
 
 def test_exact_speech_tokens_and_speed(tiny_cosyvoice, prompt_wav16k):
-    common = dict(text="Hello.", mode="cross_lingual", prompt_wav=prompt_wav16k, seed=5, exact_speech_tokens=40)
+    common = dict(
+        text="Hello.", mode="cross_lingual", prompt_wav=prompt_wav16k, seed=5, exact_speech_tokens=40
+    )
     outputs, normal = _run(tiny_cosyvoice, **common)
     assert outputs[-1]["speech_tokens"] == 40 and normal.shape[1] == 40 * SAMPLES_PER_TOKEN
     _, fast = _run(tiny_cosyvoice, speed=2.0, **common)
@@ -66,8 +76,14 @@ def test_text_is_split_into_sentences_with_a_yield_each(tiny_cosyvoice, prompt_w
     text = "The quick brown fox jumps over the lazy dog near the river bank today. " * 6
     pieces = tiny_cosyvoice.model.frontend.text.split(text)
     assert len(pieces) == 2  # long text is cut into pieces of at most ~80 tokens
-    outputs, speech = _run(tiny_cosyvoice, text=text, mode="cross_lingual",
-                           prompt_wav=prompt_wav16k, seed=1, exact_speech_tokens=12)
+    outputs, speech = _run(
+        tiny_cosyvoice,
+        text=text,
+        mode="cross_lingual",
+        prompt_wav=prompt_wav16k,
+        seed=1,
+        exact_speech_tokens=12,
+    )
     assert len(outputs) == 2
     assert [o["speech_tokens"] for o in outputs] == [12, 24]
     assert speech.shape[1] == 24 * SAMPLES_PER_TOKEN
@@ -86,7 +102,11 @@ def test_saved_voice_never_replaces_the_instruction(tiny_cosyvoice, prompt_wav16
         return original(prompt_embeds, **kwargs)
 
     monkeypatch.setattr(model.backend, "generate", spy)
-    list(model.inference_instruct2("Hello.", "Speak happily.", None, zero_shot_spk_id="me", exact_speech_tokens=5))
+    list(
+        model.inference_instruct2(
+            "Hello.", "Speak happily.", None, zero_shot_spk_id="me", exact_speech_tokens=5
+        )
+    )
     frontend, llm = model.model.frontend.text, model.model.llm
     text_ids = frontend.encode(frontend.split("Hello.")[0])
     expected = llm.build_prompt_embeds(text_ids, frontend.encode("Speak happily.<|endofprompt|>"))[0]
@@ -94,8 +114,9 @@ def test_saved_voice_never_replaces_the_instruction(tiny_cosyvoice, prompt_wav16
     # zero-shot with the saved voice uses its transcript and speech tokens
     list(model.inference_zero_shot("Hello.", "", None, zero_shot_spk_id="me", exact_speech_tokens=5))
     voice = model.spk2info["me"]
-    expected = llm.build_prompt_embeds(text_ids, voice["prompt_text"].reshape(-1),
-                                       voice["llm_prompt_speech_token"].reshape(-1))[0]
+    expected = llm.build_prompt_embeds(
+        text_ids, voice["prompt_text"].reshape(-1), voice["llm_prompt_speech_token"].reshape(-1)
+    )[0]
     assert torch.equal(seen[1], expected)
     saved = model.save_spkinfo()
     assert saved == tmp_path / "voices" / "spk2info.pt"
