@@ -8,6 +8,7 @@ folder, so read-only folders work.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,10 @@ def load_model_folder(
     if fp16:
         llm.half()
         flow.half()
+    if device.type == "cuda" and os.environ.get("STUDIO_CUDA_GRAPHS", "1") != "0":
+        # The estimator is launch-bound on a GPU (~1,300 small kernels per Euler step): replaying
+        # captured graphs makes the flow 2-4x faster with identical output. STUDIO_CUDA_GRAPHS=0 opts out.
+        flow.use_cuda_graphs()
     frontend = load_frontend(model_dir, device)
     return LoadedModel(
         model_dir=model_dir,
