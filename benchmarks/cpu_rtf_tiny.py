@@ -4,12 +4,16 @@ Builds the tiny folder if needed (``.cache/test-models/tiny-v<N>-<code hash>``, 
 speech tokens per take (``exact_speech_tokens``: a random LM rarely stops, so takes are compared like for
 like) and prints RTF = synthesis seconds / audio seconds, per stage, offline and streaming.
 
-    .venv/bin/python benchmarks/cpu_rtf_tiny.py [--tokens 250] [--repeats 3] [--threads N]
+    .venv/bin/python benchmarks/cpu_rtf_tiny.py [--tokens 250] [--repeats 3] [--threads N] [--full-prefix-flow]
+
+Streaming renders each chunk with the incremental (cached) flow; ``--full-prefix-flow`` selects upstream's
+re-run of the flow over the whole token prefix per chunk, for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -60,7 +64,14 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens per take (25 per second)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument(
+        "--full-prefix-flow",
+        action="store_true",
+        help="streaming: re-run the flow over the whole token prefix per chunk (upstream) instead of caching",
+    )
     args = parser.parse_args()
+    if args.full_prefix_flow:
+        os.environ["STUDIO_INCREMENTAL_FLOW"] = "0"
 
     import torch
     from conftest import voiced_prompt
@@ -71,7 +82,11 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     model = CosyVoice2(tiny_folder())
-    print(f"load {time.perf_counter() - started:.1f} s; torch threads {torch.get_num_threads()}")
+    flow_path = "full-prefix" if args.full_prefix_flow else "incremental"
+    print(
+        f"load {time.perf_counter() - started:.1f} s; torch threads {torch.get_num_threads()}; "
+        f"streaming flow {flow_path}"
+    )
     prompt = voiced_prompt(3.0)
     take(model, prompt, 30, stream=False, seed=0)  # warm-up: first calls build oneDNN kernels
     for stream in (False, True):

@@ -4,6 +4,7 @@
 #   A  carry [".gpu/c5", ".whl"]: install vLLM 0.22.0 + the studio's missing wheels, build the
 #      full-size random model, run tests/vllm (the CI checks) and the LLM-alone benchmark
 #   B  cosyvoice-studio bench, vLLM backend, 1/4/16/32 streams
+#   F  (one call, when device time is short) install + model, bench vLLM, bench PyTorch, tests/vllm
 #   C  cosyvoice-studio bench, PyTorch backend, same takes (CONCURRENCY=1,4,16 then 32: fits 10-min calls)
 # .whl holds the studio's runtime deps missing there (soundfile, soxr, librosa, wetext, platformdirs...),
 # fetched here with `pip download --platform manylinux... --python-version 3.12` (see benchmarks/README.md).
@@ -17,7 +18,26 @@ tag=c${CONCURRENCY:-1,4,16,32}
 tag=${tag//,/-}
 bench=(python3 -m studio bench --model /tmp/full --concurrency "${CONCURRENCY:-1,4,16,32}" --tokens 100
        --max-num-seqs 32 --max-num-batched-tokens 8192 --gpu-memory-utilization 0.3)
+install() {
+  bash .gpu/c5/install-on-gpu >/dev/null || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  bash scripts/gpu/setup-studio.sh >/dev/null
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 -c "import torch, vllm, transformers as t; print(torch.__version__, vllm.__version__, t.__version__)"
+  } | tee "$out/gpu.txt"
+  { time python3 -m studio make-model --size full /tmp/full; } >"$out/make-model.log" 2>&1
+  tail -4 "$out/make-model.log"
+}
 case $step in
+F)  # everything that matters in one call, most important first (what finishes comes back)
+  install
+  "${bench[@]}" --backends vllm --runs 1 --json "$out/bench-vllm-$tag.json" >"$out/bench-vllm-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log"
+  "${bench[@]}" --backends pytorch --runs 1 --json "$out/bench-pytorch-$tag.json" >"$out/bench-pytorch-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-pytorch-$tag.log"
+  python3 -m pytest tests/vllm -x -q -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1
+  grep -E "passed|failed|Error" "$out/pytest-vllm.log" | tail -8
+  ;;
 A)
   bash .gpu/c5/install-on-gpu >/dev/null || exit 1
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1

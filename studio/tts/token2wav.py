@@ -4,11 +4,18 @@
 to align the prompt, 3 lookahead tokens, 8 cached mel frames, HiFT source cache and a Hamming
 cross-fade of the output) but keeps every piece of state on the request, applies ``speed`` in
 streaming too, and draws HiFT's randomness from the request's own generator.
+
+Streaming renders each chunk incrementally (`IncrementalFlow`: only the new frames, over cached left
+context) instead of upstream's re-run of the flow over the whole token prefix; both give the same mel.
+``incremental=None`` (the default) picks the incremental path unless the estimator replays CUDA graphs
+(the incremental step runs eagerly, and on a GPU its ~13k kernel launches per chunk may cost more than a
+graph replay over the prefix); ``STUDIO_INCREMENTAL_FLOW=1`` or ``0`` forces either path.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -17,10 +24,20 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from studio.tts.flow.incremental import IncrementalFlow
+
 TOKEN_HOP_LEN = 25
 MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
+
+
+def _incremental_default(flow: torch.nn.Module, device: torch.device) -> bool:
+    forced = os.environ.get("STUDIO_INCREMENTAL_FLOW", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    graphs = getattr(getattr(flow, "decoder", None), "_graphs", None)
+    return not (graphs is not None and device.type == "cuda")
 
 
 @dataclass
@@ -57,6 +74,7 @@ class Token2WavStream:
     fp16: bool = False
     token_hop_len: int = TOKEN_HOP_LEN
     token_offset: int = 0
+    incremental: bool | None = None  # streaming: cached flow, new frames only (None: see the module doc)
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +84,16 @@ class Token2WavStream:
         self.mel_ratio = int(getattr(self.flow, "token_mel_ratio", 2))
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
         self.device = next(self.flow.parameters()).device
+        self._incremental = None
+        if self.incremental is None:
+            self.incremental = _incremental_default(self.flow, self.device)
+        if self.streaming and self.incremental:
+            if IncrementalFlow.supports(self.flow, self.prompt_token, self.prompt_feat):
+                self._incremental = IncrementalFlow(
+                    self.flow, self.prompt_token, self.prompt_feat, self.embedding
+                )
+            else:
+                self.incremental = False
 
     # -- streaming schedule ----------------------------------------------------------------------
     @property
@@ -112,6 +140,13 @@ class Token2WavStream:
         device = self.device
         if not tokens:
             return torch.zeros(1, 80, 0, device=device)
+        if self._incremental is not None:
+            with self._autocast():
+                mel, first_frame = self._incremental.mel(tokens, finalize)
+            skip = self.prompt_feat.shape[1] + self.token_offset * self.mel_ratio - first_frame
+            if skip < 0:
+                raise RuntimeError(f"incremental flow skipped {-skip} frames still to be emitted")
+            return self._speed(mel.float()[:, :, skip:])
         token = torch.tensor([tokens], dtype=torch.int32, device=device)
         prompt_token = self.prompt_token.to(device)
         prompt_feat = self.prompt_feat.to(device)
@@ -127,7 +162,9 @@ class Token2WavStream:
                 streaming=self.streaming,
                 finalize=finalize,
             )
-        mel = mel.float()[:, :, self.token_offset * self.mel_ratio :]
+        return self._speed(mel.float()[:, :, self.token_offset * self.mel_ratio :])
+
+    def _speed(self, mel: torch.Tensor) -> torch.Tensor:
         if self.speed != 1.0 and mel.shape[2] > 0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
         return mel
