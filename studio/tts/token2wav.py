@@ -7,9 +7,8 @@ streaming too, and draws HiFT's randomness from the request's own generator.
 
 Streaming renders each chunk incrementally (`IncrementalFlow`: only the new frames, over cached left
 context) instead of upstream's re-run of the flow over the whole token prefix; both give the same mel.
-``incremental=None`` (the default) picks the incremental path unless the estimator replays CUDA graphs
-(the incremental step runs eagerly, and on a GPU its ~13k kernel launches per chunk may cost more than a
-graph replay over the prefix); ``STUDIO_INCREMENTAL_FLOW=1`` or ``0`` forces either path.
+``incremental=None`` (the default) follows ``STUDIO_INCREMENTAL_FLOW`` (``0``: full-prefix path, else
+incremental). The incremental step always runs eagerly, even where the estimator replays CUDA graphs.
 """
 
 from __future__ import annotations
@@ -32,12 +31,8 @@ SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
 
 
-def _incremental_default(flow: torch.nn.Module, device: torch.device) -> bool:
-    forced = os.environ.get("STUDIO_INCREMENTAL_FLOW", "")
-    if forced in ("0", "1"):
-        return forced == "1"
-    graphs = getattr(getattr(flow, "decoder", None), "_graphs", None)
-    return not (graphs is not None and device.type == "cuda")
+def _incremental_default() -> bool:
+    return os.environ.get("STUDIO_INCREMENTAL_FLOW", "1") != "0"
 
 
 @dataclass
@@ -74,7 +69,7 @@ class Token2WavStream:
     fp16: bool = False
     token_hop_len: int = TOKEN_HOP_LEN
     token_offset: int = 0
-    incremental: bool | None = None  # streaming: cached flow, new frames only (None: see the module doc)
+    incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +81,7 @@ class Token2WavStream:
         self.device = next(self.flow.parameters()).device
         self._incremental = None
         if self.incremental is None:
-            self.incremental = _incremental_default(self.flow, self.device)
+            self.incremental = _incremental_default()
         if self.streaming and self.incremental:
             if IncrementalFlow.supports(self.flow, self.prompt_token, self.prompt_feat):
                 self._incremental = IncrementalFlow(

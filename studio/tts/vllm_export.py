@@ -18,7 +18,7 @@ from typing import Any
 
 from studio.tts.vllm_plugin import ARCHITECTURE
 
-EXPORTER_VERSION = 1
+EXPORTER_VERSION = 2  # bump whenever the exported files change
 APP_NAME = "cosyvoice-studio"
 WEIGHTS_FILE = "model.safetensors"
 STAMP_FILE = "studio-export.json"
@@ -60,7 +60,8 @@ def vllm_config_dict(qwen2_config: dict[str, Any], vocab_size: int, dtype: str) 
         model_type="qwen2",
         vocab_size=vocab_size,
         tie_word_embeddings=False,
-        torch_dtype=dtype,
+        torch_dtype=dtype,  # transformers < 5 reads torch_dtype, 5.x reads dtype: both name the weights'
+        dtype=dtype,
     )
     return config
 

@@ -31,7 +31,10 @@ from studio.tts.flow.masks import mask_to_bias
 
 
 class KVBuffer:
-    """Growing key/value storage [B, H, capacity, d]; rows [0, length) belong to committed positions."""
+    """Growing key/value storage [B, H, capacity, d]; rows [0, length) belong to committed positions.
+
+    Writing in place into spare capacity avoids concatenating the whole cache on every chunk.
+    """
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -42,7 +45,8 @@ class KVBuffer:
         """Write k, v [B, H, n, d] at rows [start, start + n); return views of rows [0, start + n)."""
         end = start + k.shape[2]
         if self.k is None or self.k.shape[2] < end or self.k.dtype != k.dtype:
-            capacity = max(end, 2 * (0 if self.k is None else self.k.shape[2]), 64)
+            previous = 0 if self.k is None else self.k.shape[2]
+            capacity = max(end, previous + previous // 2, 64)  # x1.5: amortised copies, at most 1/3 spare
             grown_k = k.new_empty(*k.shape[:2], capacity, k.shape[3])
             grown_v = v.new_empty(*v.shape[:2], capacity, v.shape[3])
             if self.k is not None and start > 0:
@@ -211,17 +215,19 @@ def _attend(window: _Window, blocks: nn.ModuleList, x: torch.Tensor, bias: torch
 def estimate(
     estimator: CausalConditionalDecoder,
     window: _Window,
+    bias: torch.Tensor,
     x: torch.Tensor,
     mu: torch.Tensor,
     t: torch.Tensor,
     spks: torch.Tensor,
     cond: torch.Tensor,
 ) -> torch.Tensor:
-    """The estimator's streaming forward for the window's frames (x, mu, cond [B, 80, n]) over cached context."""
+    """The estimator's streaming forward for the window's frames (x, mu, cond [B, 80, n]) over cached context.
+
+    `bias` [1, 1, n, end] is the additive chunk mask (`mask_to_bias`), the same for every Euler step.
+    """
     t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
     x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
-    visible = window.visible(estimator.static_chunk_size, x.device)
-    bias = mask_to_bias(visible, x.dtype)[None, None]
     hiddens = []
     for resnet, blocks, down in estimator.down_blocks:
         x = _attend(window, blocks, _resnet(window, resnet, x, t), bias)
@@ -277,10 +283,6 @@ class IncrementalFlow:
         self.step_stores: list[dict] = []
         self.valid = True
 
-    @property
-    def committed_frames(self) -> int:
-        return len(self.committed) * self.flow.token_mel_ratio
-
     @torch.inference_mode()
     def mel(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, int]:
         """(mel [1, 80, n] in the compute dtype, absolute frame index of its first column; prompt frames count).
@@ -335,7 +337,7 @@ class IncrementalFlow:
         return mel, frame0
 
     def _sample(self, mu, spks, cond, frame0: int, commit: int, n_timesteps: int) -> torch.Tensor:
-        """The CFM's Euler loop with classifier-free guidance, on new frames only (CausalConditionalCFM.solve_euler)."""
+        """`CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only."""
         cfm = self.flow.decoder
         frames = mu.shape[2]
         if frame0 + frames > cfm.rand_noise.shape[2]:
@@ -351,10 +353,14 @@ class IncrementalFlow:
         rate = cfm.inference_cfg_rate
         while len(self.step_stores) < n_timesteps:
             self.step_stores.append({})
+        visible = _Window(frame0, frame0 + frames, commit, {}).visible(
+            cfm.estimator.static_chunk_size, mu.device
+        )
+        bias = mask_to_bias(visible, mu.dtype)[None, None]
         for step in range(1, len(t_span)):
             window = _Window(frame0, frame0 + frames, commit, self.step_stores[step - 1])
             x_in = torch.cat([x, x], dim=0)
-            velocity = estimate(cfm.estimator, window, x_in, mu_in, t.expand(2), spks_in, cond_in)
+            velocity = estimate(cfm.estimator, window, bias, x_in, mu_in, t.expand(2), spks_in, cond_in)
             x = x + dt * ((1.0 + rate) * velocity[:1] - rate * velocity[1:])
             t = t + dt
             if step < len(t_span) - 1:
