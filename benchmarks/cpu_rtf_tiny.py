@@ -5,9 +5,13 @@ speech tokens per take (``exact_speech_tokens``: a random LM rarely stops, so ta
 like) and prints RTF = synthesis seconds / audio seconds, per stage, offline and streaming.
 
     .venv/bin/python benchmarks/cpu_rtf_tiny.py [--tokens 250] [--repeats 3] [--threads N] [--full-prefix-flow]
+        [--prompt-seconds 3] [--same-voice]
 
 Streaming renders each chunk with the incremental (cached) flow; ``--full-prefix-flow`` selects upstream's
-re-run of the flow over the whole token prefix per chunk, for comparison.
+re-run of the flow over the whole token prefix per chunk, for comparison. Streaming takes reuse the
+prompt's flow state across takes (the per-voice prompt cache; ``STUDIO_PROMPT_CACHE_MB=0`` disables it);
+``--same-voice`` instead reports, per repeat with the cache emptied first, the first take with a voice
+(cold) against the second (warm).
 """
 
 from __future__ import annotations
@@ -46,17 +50,24 @@ def take(model, prompt, tokens: int, stream: bool, seed: int) -> dict:
         exact_speech_tokens=tokens,
     )
     started = time.perf_counter()
-    first = None
+    first = first_flow = None
     samples = 0
     stages = {"llm": 0.0, "flow": 0.0, "hift": 0.0}
     for out in model.synthesize(spec):
-        first = first if first is not None else time.perf_counter() - started
+        if first is None:
+            first, first_flow = time.perf_counter() - started, out["timings"].get("flow", 0.0)
         samples += out["tts_speech"].shape[1]
         for stage, seconds in out["timings"].items():
             stages[stage] += seconds
     total = time.perf_counter() - started
     audio = samples / model.sample_rate
-    return {"rtf": total / audio, "first": first, "audio": audio, **{k: v / audio for k, v in stages.items()}}
+    return {
+        "rtf": total / audio,
+        "first": first,
+        "first_flow": first_flow,
+        "audio": audio,
+        **{k: v / audio for k, v in stages.items()},
+    }
 
 
 def main() -> int:
@@ -68,6 +79,12 @@ def main() -> int:
         "--full-prefix-flow",
         action="store_true",
         help="streaming: re-run the flow over the whole token prefix per chunk (upstream) instead of caching",
+    )
+    parser.add_argument("--prompt-seconds", type=float, default=3.0, help="length of the synthetic prompt")
+    parser.add_argument(
+        "--same-voice",
+        action="store_true",
+        help="streaming only: first take with a voice (prompt cache cold) vs the second (warm)",
     )
     args = parser.parse_args()
     if args.full_prefix_flow:
@@ -87,8 +104,10 @@ def main() -> int:
         f"load {time.perf_counter() - started:.1f} s; torch threads {torch.get_num_threads()}; "
         f"streaming flow {flow_path}"
     )
-    prompt = voiced_prompt(3.0)
+    prompt = voiced_prompt(args.prompt_seconds)
     take(model, prompt, 30, stream=False, seed=0)  # warm-up: first calls build oneDNN kernels
+    if args.same_voice:
+        return same_voice(model, prompt, args)
     for stream in (False, True):
         runs = [take(model, prompt, args.tokens, stream, seed) for seed in range(args.repeats)]
         median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -97,6 +116,29 @@ def main() -> int:
             f"(llm {median['llm']:.3f}, flow {median['flow']:.3f}, hift {median['hift']:.3f}), "
             f"first chunk {median['first']:.2f} s  [median of {args.repeats}]"
         )
+    return 0
+
+
+def same_voice(model, prompt, args) -> int:
+    """Streaming takes in pairs with one voice: the first fills the prompt cache, the second reuses it."""
+    from studio.tts.flow.prompt_cache import default_cache
+
+    cache = default_cache(model.model.device)
+    print(f"prompt cache: {'off' if cache is None else f'{cache.max_bytes / 2**20:.0f} MB'}")
+    pairs = []
+    for seed in range(args.repeats):
+        if cache is not None:
+            cache.clear()
+        pairs.append([take(model, prompt, args.tokens, True, seed) for _ in range(2)])
+    for index, name in enumerate(("first take (cold)", "second take (warm)")):
+        runs = [pair[index] for pair in pairs]
+        median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(
+            f"{name}: first chunk {median['first'] * 1000:.0f} ms (its flow {median['first_flow'] * 1000:.0f} ms), RTF {median['rtf']:.3f} "
+            f"(flow {median['flow']:.3f})  [median of {args.repeats}]"
+        )
+    if cache is not None:
+        print(f"cache: {cache.stats()}")
     return 0
 
 

@@ -22,11 +22,16 @@ STATE_COLOURS = {
 }
 
 
+def waiting_for_model(state: State) -> bool:
+    """The engine process is up and idle because no model was asked for yet."""
+    return state.state == EngineState.STARTING and "no model" in state.detail
+
+
 def describe_state(state: State) -> str:
     """One sentence for the status bar."""
     kind = state.state
     if kind == EngineState.STARTING:
-        return "Engine starting…"
+        return "Engine started · no model loaded yet" if waiting_for_model(state) else "Engine starting…"
     if kind == EngineState.LOADING:
         detail = state.detail.strip()
         return (detail[:1].upper() + detail[1:] + "…") if detail else "Loading the model…"
@@ -107,6 +112,7 @@ class EngineStatus(QWidget):
         self.label.setText(describe_state(state))
         self.label.setToolTip(state.detail)
         loading = state.state in (EngineState.STARTING, EngineState.LOADING, EngineState.WARMING)
+        loading = loading and not waiting_for_model(state)
         self.progress.setVisible(loading)
         if loading:
             self.progress.setRange(0, 0)  # busy until a Progress with a fraction arrives

@@ -202,11 +202,6 @@ class ModelConfig:
         """Streaming hop in speech tokens (the flow's static chunk size)."""
         return int(self.values.get("chunk_size", 25))
 
-    def section_kwargs(self, section: str) -> dict:
-        """The keyword arguments of a top-level ``!new:`` section, nested objects left as `Tagged`."""
-        node = self._section(section)
-        return dict(node.kwargs)
-
     def _section(self, section: str) -> Tagged:
         node = self.values.get(section)
         if not isinstance(node, Tagged) or node.kind != "new":
@@ -230,11 +225,11 @@ class ModelConfig:
             return [self._instantiate(v, factories) for v in value]
         if not isinstance(value, Tagged):
             return value
+        if value.kind == "apply":
+            raise ConfigError(self.path, f"!apply:{value.target} inside a model section is not supported")
         factory = factories.get(value.target) or _import_target(value.target, self.path)
         args = self._instantiate(value.args, factories)
         kwargs = self._instantiate(value.kwargs, factories)
-        if value.kind == "apply":
-            raise ConfigError(self.path, f"!apply:{value.target} inside a model section is not supported")
         try:
             return factory(*args, **kwargs)
         except TypeError as exc:

@@ -77,8 +77,18 @@ class CosyVoice2:
         fp16: bool = False,
         **vllm_options: Any,
     ):
+        """Load ``model_dir`` (errors name the bad file) and pick the LM backend.
+
+        ``load_jit`` / ``load_trt`` are accepted so upstream code runs unchanged, but this runtime has no
+        TorchScript or TensorRT path: they log a warning and the PyTorch modules run (on CUDA the flow
+        estimator replays CUDA graphs instead). ``load_vllm`` needs the vLLM backend (`BackendUnavailableError`
+        otherwise, before any weights load); ``vllm_options`` go to its engine. ``fp16`` is CUDA only.
+        """
         if load_jit or load_trt:
-            log.warning("load_jit/load_trt are not supported by this runtime; using PyTorch modules")
+            log.warning(
+                "load_jit/load_trt are not supported by this runtime (no TorchScript or TensorRT path); "
+                "running the PyTorch modules"
+            )
         self.model_dir = Path(model_dir)
         create_vllm_backend = _vllm_factory() if load_vllm else None  # fail fast, before loading weights
         self.model = load_model_folder(self.model_dir, fp16=fp16)
@@ -143,6 +153,8 @@ class CosyVoice2:
         return self.voices_file
 
     # -- upstream-compatible entry points ------------------------------------------------------------
+    # Upstream's signatures, positional order included; ``**extra`` takes our `SynthesisSpec` fields
+    # (``seed``, ``prompt_sr``, ``exact_speech_tokens``, ``cancel``).
     def inference_zero_shot(
         self,
         tts_text,
@@ -154,34 +166,23 @@ class CosyVoice2:
         text_frontend=True,
         **extra,
     ) -> Iterator[dict]:
-        return self.synthesize(
-            SynthesisSpec(
-                text=tts_text,
-                mode="zero_shot",
-                prompt_wav=None if zero_shot_spk_id else prompt_wav,
-                prompt_text=prompt_text,
-                spk_id=zero_shot_spk_id,
-                stream=stream,
-                speed=speed,
-                text_frontend=text_frontend,
-                **extra,
-            )
+        return self._upstream_call(
+            "zero_shot",
+            tts_text,
+            prompt_wav,
+            zero_shot_spk_id,
+            stream,
+            speed,
+            text_frontend,
+            prompt_text=prompt_text,
+            **extra,
         )
 
     def inference_cross_lingual(
         self, tts_text, prompt_wav, zero_shot_spk_id="", stream=False, speed=1.0, text_frontend=True, **extra
     ) -> Iterator[dict]:
-        return self.synthesize(
-            SynthesisSpec(
-                text=tts_text,
-                mode="cross_lingual",
-                prompt_wav=None if zero_shot_spk_id else prompt_wav,
-                spk_id=zero_shot_spk_id,
-                stream=stream,
-                speed=speed,
-                text_frontend=text_frontend,
-                **extra,
-            )
+        return self._upstream_call(
+            "cross_lingual", tts_text, prompt_wav, zero_shot_spk_id, stream, speed, text_frontend, **extra
         )
 
     def inference_instruct2(
@@ -195,17 +196,32 @@ class CosyVoice2:
         text_frontend=True,
         **extra,
     ) -> Iterator[dict]:
+        return self._upstream_call(
+            "instruct2",
+            tts_text,
+            prompt_wav,
+            zero_shot_spk_id,
+            stream,
+            speed,
+            text_frontend,
+            instruct_text=instruct_text,
+            **extra,
+        )
+
+    def _upstream_call(
+        self, mode, tts_text, prompt_wav, spk_id, stream, speed, text_frontend, **fields
+    ) -> Iterator[dict]:
+        """One `SynthesisSpec` from upstream's arguments; a saved voice stands in for the prompt audio."""
         return self.synthesize(
             SynthesisSpec(
                 text=tts_text,
-                mode="instruct2",
-                prompt_wav=None if zero_shot_spk_id else prompt_wav,
-                instruct_text=instruct_text,
-                spk_id=zero_shot_spk_id,
+                mode=mode,
+                prompt_wav=None if spk_id else prompt_wav,
+                spk_id=spk_id,
                 stream=stream,
                 speed=speed,
                 text_frontend=text_frontend,
-                **extra,
+                **fields,
             )
         )
 

@@ -1,7 +1,7 @@
 """The CosyVoice2 frontend: text (normalise, split, tokenise) and prompt audio (speech tokens, mel, speaker).
 
-Build one from a model folder with `Frontend.from_model_dir(model_dir, device)`: it reads
-`CosyVoice-BlankEN/` (tokenizer), `campplus.onnx` and `speech_tokenizer_v2.onnx`. `Frontend.text` is the
+`loader.load_frontend(model_dir, device)` builds one from a model folder (`CosyVoice-BlankEN/`,
+`campplus.onnx`, `speech_tokenizer_v2.onnx`, with errors naming the file). `Frontend.text` is the
 `TextFrontend`; `Frontend.prompt_features(wav, sr)` returns `PromptFeatures` aligned as upstream CosyVoice2
 does (2 mel frames per speech token, both trimmed to the shorter).
 """
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 MAX_PROMPT_SECONDS = 30.0
-TOKENIZER_DIR, CAMPPLUS_FILE, SPEECH_TOKENIZER_FILE = (
-    "CosyVoice-BlankEN",
-    "campplus.onnx",
-    "speech_tokenizer_v2.onnx",
-)
 
 
 class TextFrontend:
@@ -142,24 +137,6 @@ class Frontend:
         self.speaker_embedder = speaker_embedder
         self.speech_tokenizer = speech_tokenizer
         self.device = torch.device(device)
-
-    @classmethod
-    def from_model_dir(cls, model_dir: str | Path, device: torch.device | str = "cpu") -> Frontend:
-        """Load the tokenizer and ONNX models of an official-layout CosyVoice2 folder."""
-        model_dir = Path(model_dir)
-        use_cuda = torch.device(device).type == "cuda"
-        return cls(
-            TextFrontend(model_dir / TOKENIZER_DIR),
-            SpeakerEmbedder(model_dir / CAMPPLUS_FILE, use_cuda=use_cuda),
-            SpeechTokenizer(model_dir / SPEECH_TOKENIZER_FILE, use_cuda=use_cuda),
-            device,
-        )
-
-    def split(self, text: str, text_frontend: bool = True) -> list[str]:
-        return self.text.split(text, text_frontend)
-
-    def encode(self, text: str) -> list[int]:
-        return self.text.encode(text)
 
     def prompt_features(
         self, wav: np.ndarray | torch.Tensor | str | Path, sr: int | None = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from studio.tts.errors import MissingModelFileError, ModelFolderError
 from studio.tts.sampling import RasSampling
 
 if TYPE_CHECKING:
@@ -56,17 +57,16 @@ TASK_ID_INDEX = 1
 
 
 def _load_qwen2_config(pretrain_path: str | Path) -> Qwen2Config:
+    """The backbone's config.json, with errors that name that file (not the yaml that points to it)."""
     from transformers import Qwen2Config
 
     config_file = Path(pretrain_path) / "config.json"
     if not config_file.is_file():
-        raise FileNotFoundError(
-            f"Qwen2 backbone config not found: {config_file} (expected the BlankEN config.json)"
-        )
+        raise MissingModelFileError(config_file, "missing: expected the CosyVoice-BlankEN Qwen2 config.json")
     try:
         return Qwen2Config.from_json_file(str(config_file))
     except (ValueError, OSError) as error:
-        raise ValueError(f"{config_file} is not a valid Qwen2 config.json: {error}") from error
+        raise ModelFolderError(config_file, f"is not a valid Qwen2 config.json: {error}") from error
 
 
 class Qwen2Encoder(nn.Module):
@@ -202,6 +202,12 @@ class Qwen2LM(nn.Module):
         return self.llm_decoder(hidden).float().log_softmax(dim=-1)
 
 
+def check_prompt_embeds(prompt_embeds: torch.Tensor, hidden_size: int) -> None:
+    """Refuse anything but the token-backend protocol's [L, hidden_size] prompt, before any decoding."""
+    if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != hidden_size:
+        raise ValueError(f"prompt_embeds must be [L, {hidden_size}], got {tuple(prompt_embeds.shape)}")
+
+
 def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
     tensor = (
         torch.as_tensor(ids, dtype=torch.long, device=device) if not isinstance(ids, torch.Tensor) else ids
@@ -213,10 +219,7 @@ class TorchDecodeSession:
     """One request's decoding state on the PyTorch backend: KV cache and the next-token log-probs."""
 
     def __init__(self, lm: Qwen2LM, prompt_embeds: torch.Tensor) -> None:
-        if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != lm.llm_input_size:
-            raise ValueError(
-                f"prompt_embeds must be [L, {lm.llm_input_size}], got {tuple(prompt_embeds.shape)}"
-            )
+        check_prompt_embeds(prompt_embeds, lm.llm_input_size)
         self.lm = lm
         self.cache = lm.llm.new_cache()
         self._pending = prompt_embeds.unsqueeze(0)

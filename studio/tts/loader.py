@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,13 +86,24 @@ def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str,
         raise MissingModelFileError(path, "missing from the model folder") from exc
     except Exception as exc:  # truncated zip, pickle errors, unsafe content: all "cannot be read"
         raise ModelFolderError(
-            path,
-            f"cannot be read as a PyTorch state dict (truncated or corrupt?): "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            path, f"cannot be read as a PyTorch state dict (truncated or corrupt?): {_load_problem(exc)}"
         ) from exc
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ModelFolderError(path, "expected a state dict (a mapping of names to tensors)")
     return state
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message`` (libraries' messages run long and end in advice for developers)."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:limit] if lines else ''}"
+
+
+def _load_problem(exc: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, without torch's advice to retry it unsafely."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return "UnpicklingError: not a file of plain tensors (the safe weights-only load refused it)"
+    return _first_line(exc)
 
 
 def _listing(names: list[str]) -> str:
@@ -150,11 +162,7 @@ def _open(path: Path, what: str, factory):
     except ModelFolderError:
         raise
     except Exception as exc:  # onnxruntime and tokenizers raise their own assorted errors
-        raise ModelFolderError(
-            path,
-            f"cannot be loaded as {what}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
-        ) from exc
+        raise ModelFolderError(path, f"cannot be loaded as {what}: {_first_line(exc, 300)}") from exc
 
 
 def load_llm(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
@@ -170,6 +178,7 @@ def load_llm(model_dir: Path, config: ModelConfig, device: torch.device) -> torc
 
 
 def load_flow(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
+    """The flow-matching decoder from flow.pt, strictly (mismatches list keys and shapes)."""
     path = model_dir / FLOW_FILE
     flow = _build(config, "flow", path)
     load_strict(flow, read_state_dict(path, "cpu"), path)
@@ -177,6 +186,7 @@ def load_flow(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
 
 
 def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
+    """HiFT from hift.pt, strictly; the official ``generator.`` prefix and weight-norm keys are accepted."""
     from studio.tts.hift import load_hift_state_dict
 
     path = model_dir / HIFT_FILE
@@ -215,7 +225,9 @@ def load_spk2info(path: Path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise ModelFolderError(path, f"cannot be read as saved voices: {type(exc).__name__}: {exc}") from exc
+        raise ModelFolderError(
+            path, f"cannot be read as saved voices (truncated or corrupt?): {_load_problem(exc)}"
+        ) from exc
     if not isinstance(data, dict):
         raise ModelFolderError(path, "expected a mapping of voice ids to prompt features")
     return data

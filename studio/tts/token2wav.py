@@ -9,6 +9,9 @@ Streaming renders each chunk incrementally (`IncrementalFlow`: only the new fram
 context) instead of upstream's re-run of the flow over the whole token prefix; both give the same mel.
 ``incremental=None`` (the default) follows ``STUDIO_INCREMENTAL_FLOW`` (``0``: full-prefix path, else
 incremental). The incremental step always runs eagerly, even where the estimator replays CUDA graphs.
+It starts from the prompt's cached flow state when an earlier request used the same voice
+(`PromptFlowCache`; ``prompt_cache=True``, the default, uses the process-wide one sized by
+``STUDIO_PROMPT_CACHE_MB``, 0 disables it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from studio.tts.flow.incremental import IncrementalFlow
+from studio.tts.flow.prompt_cache import PromptFlowCache, default_cache
 
 TOKEN_HOP_LEN = 25
 MEL_CACHE_LEN = 8
@@ -70,6 +74,7 @@ class Token2WavStream:
     token_hop_len: int = TOKEN_HOP_LEN
     token_offset: int = 0
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
+    prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -84,8 +89,11 @@ class Token2WavStream:
             self.incremental = _incremental_default()
         if self.streaming and self.incremental:
             if IncrementalFlow.supports(self.flow, self.prompt_token, self.prompt_feat):
+                cache = self.prompt_cache
+                if isinstance(cache, bool):  # an empty PromptFlowCache is falsy (len 0): test for bool
+                    cache = default_cache(self.device) if cache else None
                 self._incremental = IncrementalFlow(
-                    self.flow, self.prompt_token, self.prompt_feat, self.embedding
+                    self.flow, self.prompt_token, self.prompt_feat, self.embedding, cache=cache
                 )
             else:
                 self.incremental = False
@@ -187,6 +195,27 @@ class Token2WavStream:
             )
             speech = speech[:, :-SOURCE_CACHE_LEN]
         return speech.contiguous()
+
+
+def warm_prompt_cache(
+    flow: torch.nn.Module,
+    prompt_token: torch.Tensor,
+    prompt_feat: torch.Tensor,
+    embedding: torch.Tensor,
+    fp16: bool = False,
+    cache: PromptFlowCache | None = None,
+) -> bool:
+    """Compute a voice's reusable prompt flow state ahead of its first streamed take (e.g. on saving it).
+
+    Uses the process-wide cache unless `cache` is given; True when a new entry was stored.
+    """
+    device = next(flow.parameters()).device
+    cache = default_cache(device) if cache is None else cache
+    if cache is None or not IncrementalFlow.supports(flow, prompt_token, prompt_feat):
+        return False
+    autocast = fp16 and device.type == "cuda"
+    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.float16, enabled=autocast):
+        return cache.warm(IncrementalFlow(flow, prompt_token, prompt_feat, embedding))
 
 
 def _cross_fade(fade_in: torch.Tensor, fade_out: torch.Tensor, window: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.tts.errors import BackendUnavailableError
+from studio.tts.llm import check_prompt_embeds
 
 if TYPE_CHECKING:
     import torch
@@ -82,10 +83,7 @@ class VllmTokenBackend:
         ignore_stop: bool = False,
     ) -> Iterator[int]:
         """Yield speech token ids until a stop id (after `min_len`), `max_len` tokens, or `cancel`."""
-        if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != self.hidden_size:
-            raise ValueError(
-                f"prompt_embeds must be [L, {self.hidden_size}], got {tuple(prompt_embeds.shape)}"
-            )
+        check_prompt_embeds(prompt_embeds, self.hidden_size)
         if max_len <= 0:
             return
         self._check_alive()

@@ -18,8 +18,6 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 from vllm.model_executor.models.qwen2 import Qwen2Model
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
-ARCHITECTURE = "CosyVoice2StudioForCausalLM"
-
 
 class CosyVoice2StudioForCausalLM(nn.Module):
     """Qwen2 backbone + biased speech-token head; takes prompt embeddings, decodes speech tokens."""

@@ -7,8 +7,9 @@ vllm layers) is imported by vLLM when the architecture is first used, never at p
 
 from __future__ import annotations
 
-MODEL_CLASS_PATH = "studio.tts.vllm_model:CosyVoice2StudioForCausalLM"
+#: The exported config.json names this architecture; the class in vllm_model.py carries the same name.
 ARCHITECTURE = "CosyVoice2StudioForCausalLM"
+MODEL_CLASS_PATH = f"studio.tts.vllm_model:{ARCHITECTURE}"
 
 
 def register() -> None:

@@ -17,6 +17,9 @@ def test_states_progress_and_restart(qtbot):
     restarts = []
     status.sig_restart.connect(lambda: restarts.append(True))
 
+    status.on_state(State(EngineState.STARTING, "engine started; no model loaded"))
+    assert "no model loaded" in status.label.text()
+    assert not status.progress.isVisible() and not status._clock.isActive()
     status.on_state(State(EngineState.LOADING, "loading /models/x (vllm asked)"))
     assert status.label.text().startswith("Loading /models/x") and status.progress.isVisible()
     status.on_progress(Progress(None, "reading llm.pt", 0.5))

@@ -26,6 +26,15 @@ def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _single_thread():
+    """Tiny models gain nothing from intra-op threads; on 2 shared cores they only burn CPU spinning."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def reference() -> Path:
     """Make the reference package importable (installing it on first use) and return its folder."""

@@ -12,70 +12,12 @@ from studio.tts.flow import (
     UpsampleConformerEncoder,
 )
 from tests.parity.conftest import relative_error
+from tests.tts.small_modules import CFM_PARAMS, ENCODER_KWARGS, ESTIMATOR_KWARGS, FLOW_KWARGS, flow_inputs
 
 pytestmark = [pytest.mark.parity, pytest.mark.filterwarnings("ignore:.*LoRACompatibleLinear:FutureWarning")]
 
 TOLERANCE = 1e-4
-# The official yaml's keyword arguments, with the widths the reference lets shrink made small.
-ENCODER_KWARGS = dict(
-    output_size=512,
-    attention_heads=8,
-    linear_units=64,
-    num_blocks=1,
-    dropout_rate=0.1,
-    positional_dropout_rate=0.1,
-    attention_dropout_rate=0.1,
-    normalize_before=True,
-    input_layer="linear",
-    pos_enc_layer_type="rel_pos_espnet",
-    selfattention_layer_type="rel_selfattn",
-    input_size=512,
-    use_cnn_module=False,
-    macaron_style=False,
-    static_chunk_size=25,
-)
-CFM_PARAMS = dict(
-    sigma_min=1e-06,
-    solver="euler",
-    t_scheduler="cosine",
-    training_cfg_rate=0.2,
-    inference_cfg_rate=0.7,
-    reg_loss_type="l1",
-)
-ESTIMATOR_KWARGS = dict(
-    in_channels=320,
-    out_channels=80,
-    channels=[64],
-    dropout=0.0,
-    attention_head_dim=32,
-    n_blocks=1,
-    num_mid_blocks=1,
-    num_heads=2,
-    act_fn="gelu",
-    static_chunk_size=50,
-    num_decoding_left_chunks=-1,
-)
-FLOW_KWARGS = dict(
-    input_size=512,
-    output_size=80,
-    spk_embed_dim=192,
-    output_type="mel",
-    vocab_size=6561,
-    input_frame_rate=25,
-    only_mask_loss=True,
-    token_mel_ratio=2,
-    pre_lookahead_len=3,
-)
 PROMPT_TOKENS, TOKENS = 12, 40  # 52 tokens, 104 frames: longer than one streaming chunk (25 / 50)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    """Tiny models gain nothing from intra-op threads; on 2 shared cores they only burn CPU spinning."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _build(encoder_cls, cfm_cls, estimator_cls, flow_cls, cfm_params):
@@ -119,16 +61,7 @@ def flows(reference):
 
 @pytest.fixture(scope="module")
 def inputs():
-    g = torch.Generator().manual_seed(5)
-    return dict(
-        token=torch.randint(0, 6561, (1, TOKENS), generator=g),
-        token_len=torch.tensor([TOKENS]),
-        prompt_token=torch.randint(0, 6561, (1, PROMPT_TOKENS), generator=g),
-        prompt_token_len=torch.tensor([PROMPT_TOKENS]),
-        prompt_feat=torch.randn(1, 2 * PROMPT_TOKENS, 80, generator=g),
-        prompt_feat_len=torch.tensor([2 * PROMPT_TOKENS]),
-        embedding=torch.randn(1, 192, generator=g),
-    )
+    return flow_inputs(TOKENS, PROMPT_TOKENS, seed=5)
 
 
 def test_state_dict_keys_match_and_foreign_keys_are_rejected(flows):

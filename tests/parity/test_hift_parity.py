@@ -7,39 +7,12 @@ import torch
 
 from studio.tts.hift import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
 from tests.parity.conftest import relative_error
+from tests.tts.small_modules import F0_KWARGS, HIFT_KWARGS
 
 pytestmark = pytest.mark.parity
 
 TOLERANCE = 1e-4
-HIFT_KWARGS = dict(
-    in_channels=80,
-    base_channels=64,
-    nb_harmonics=8,
-    sampling_rate=24000,
-    nsf_alpha=0.1,
-    nsf_sigma=0.003,
-    nsf_voiced_threshold=10,
-    upsample_rates=[8, 5, 3],
-    upsample_kernel_sizes=[16, 11, 7],
-    istft_params={"n_fft": 16, "hop_len": 4},
-    resblock_kernel_sizes=[3, 7, 11],
-    resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    source_resblock_kernel_sizes=[7, 7, 11],
-    source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    lrelu_slope=0.1,
-    audio_limit=0.99,
-)
-F0_KWARGS = dict(num_class=1, in_channels=80, cond_channels=64)
 FRAMES = 40
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    """Tiny models gain nothing from intra-op threads; on 2 shared cores they only burn CPU spinning."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

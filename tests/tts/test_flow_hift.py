@@ -12,68 +12,12 @@ from studio.tts.flow import (
     UpsampleConformerEncoder,
 )
 from studio.tts.hift import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
+from tests.tts import small_modules
+from tests.tts.small_modules import CFM_PARAMS, ENCODER_KWARGS, FLOW_KWARGS, flow_inputs
 
-HIFT_KWARGS = dict(
-    in_channels=80,
-    base_channels=32,
-    nb_harmonics=8,
-    sampling_rate=24000,
-    nsf_alpha=0.1,
-    nsf_sigma=0.003,
-    nsf_voiced_threshold=10,
-    upsample_rates=[8, 5, 3],
-    upsample_kernel_sizes=[16, 11, 7],
-    istft_params={"n_fft": 16, "hop_len": 4},
-    resblock_kernel_sizes=[3, 7, 11],
-    resblock_dilation_sizes=[[1, 3, 5]] * 3,
-    source_resblock_kernel_sizes=[7, 7, 11],
-    source_resblock_dilation_sizes=[[1, 3, 5]] * 3,
-    lrelu_slope=0.1,
-    audio_limit=0.99,
-)
-ENCODER_KWARGS = dict(
-    output_size=512,
-    attention_heads=8,
-    linear_units=64,
-    num_blocks=1,
-    input_layer="linear",
-    pos_enc_layer_type="rel_pos_espnet",
-    selfattention_layer_type="rel_selfattn",
-    input_size=512,
-    use_cnn_module=False,
-    macaron_style=False,
-    static_chunk_size=25,
-)
-ESTIMATOR_KWARGS = dict(
-    in_channels=320,
-    out_channels=80,
-    channels=[32],
-    dropout=0.0,
-    attention_head_dim=32,
-    n_blocks=1,
-    num_mid_blocks=1,
-    num_heads=2,
-    act_fn="gelu",
-    static_chunk_size=50,
-    num_decoding_left_chunks=-1,
-)
-CFM_PARAMS = {
-    "sigma_min": 1e-06,
-    "solver": "euler",
-    "t_scheduler": "cosine",
-    "training_cfg_rate": 0.2,
-    "inference_cfg_rate": 0.7,
-    "reg_loss_type": "l1",
-}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    """Tiny models gain nothing from intra-op threads; on 2 shared cores they only burn CPU spinning."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# narrower than the shared small modules: these tests only check behaviour, so they build faster
+HIFT_KWARGS = {**small_modules.HIFT_KWARGS, "base_channels": 32}
+ESTIMATOR_KWARGS = {**small_modules.ESTIMATOR_KWARGS, "channels": [32]}
 
 
 def make_hift(**overrides) -> HiFTGenerator:
@@ -100,33 +44,12 @@ def flow() -> CausalMaskedDiffWithXvec:
         estimator=CausalConditionalDecoder(**ESTIMATOR_KWARGS),
     )
     return CausalMaskedDiffWithXvec(
-        input_size=512,
-        output_size=80,
-        spk_embed_dim=192,
-        vocab_size=6561,
-        input_frame_rate=25,
-        token_mel_ratio=2,
-        pre_lookahead_len=3,
-        encoder=UpsampleConformerEncoder(**ENCODER_KWARGS),
-        decoder=decoder,
+        **FLOW_KWARGS, encoder=UpsampleConformerEncoder(**ENCODER_KWARGS), decoder=decoder
     ).eval()
 
 
 def mel(frames: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(seed))
-
-
-def flow_inputs(tokens: int, prompt_tokens: int = 6) -> dict:
-    g = torch.Generator().manual_seed(2)
-    return dict(
-        token=torch.randint(0, 6561, (1, tokens), generator=g),
-        token_len=torch.tensor([tokens]),
-        prompt_token=torch.randint(0, 6561, (1, prompt_tokens), generator=g),
-        prompt_token_len=torch.tensor([prompt_tokens]),
-        prompt_feat=torch.randn(1, 2 * prompt_tokens, 80, generator=g),
-        prompt_feat_len=torch.tensor([2 * prompt_tokens]),
-        embedding=torch.randn(1, 192, generator=g),
-    )
 
 
 def test_hift_yields_480_samples_per_mel_frame_clamped_to_audio_limit():

@@ -10,7 +10,8 @@ import soundfile
 import torch
 
 from studio.tts.features import flow_mel, kaldi_fbank, whisper_log_mel
-from studio.tts.frontend import Frontend, TextFrontend
+from studio.tts.frontend import TextFrontend
+from studio.tts.loader import load_frontend
 from studio.tts.onnx_models import OnnxModelError, SpeakerEmbedder, SpeechTokenizer
 from studio.tts.tokenizer_builder import write_tokenizer_folder
 
@@ -82,7 +83,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frontend(model_dir):
-    return Frontend.from_model_dir(model_dir)
+    return load_frontend(model_dir, torch.device("cpu"))
 
 
 def _tone(sr, seconds, channels=1):
@@ -169,7 +170,7 @@ def test_split_normalises_offline_and_packs_sentences(frontend):
 @pytest.mark.parametrize("bad", ["", "   \n\t", "...!?"])
 def test_split_rejects_text_with_nothing_to_say(frontend, bad):
     with pytest.raises(ValueError, match="text"):
-        frontend.split(bad)
+        frontend.text.split(bad)
 
 
 def test_text_frontend_needs_a_tokenizer_folder(tmp_path):

@@ -46,12 +46,31 @@ def test_missing_files_are_named(tiny_model_dir, tmp_path):
         load_model_folder(tmp_path / "nowhere", device="cpu")
 
 
-def test_truncated_weights_are_named(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("name", ["llm.pt", "flow.pt", "hift.pt"])
+def test_truncated_weights_are_named(tiny_model_dir, tmp_path, name):
     folder = _linked_copy(tiny_model_dir, tmp_path / "m")
-    data = (tiny_model_dir / "llm.pt").read_bytes()
-    _replace(folder / "llm.pt", data[: len(data) // 2])
-    with pytest.raises(ModelFolderError, match=r"llm\.pt: cannot be read .*truncated"):
+    data = (tiny_model_dir / name).read_bytes()
+    _replace(folder / name, data[: len(data) // 2])
+    with pytest.raises(ModelFolderError, match=name.replace(".", r"\.") + ": cannot be read .*truncated"):
         load_model_folder(folder, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("CosyVoice-BlankEN/config.json", r"config\.json: is not a valid Qwen2 config\.json"),
+        ("CosyVoice-BlankEN/vocab.json", r"CosyVoice-BlankEN: cannot be loaded as the Qwen2 tokenizer"),
+        ("spk2info.pt", r"spk2info\.pt: cannot be read as saved voices .*truncated"),
+    ],
+)
+def test_corrupt_backbone_config_tokenizer_and_voices_are_named(tiny_model_dir, tmp_path, name, message):
+    folder = _linked_copy(tiny_model_dir, tmp_path / "m")
+    if (folder / name).exists():
+        (folder / name).unlink()
+    (folder / name).write_bytes(b'{"truncated')
+    with pytest.raises(ModelFolderError, match=message) as info:
+        load_model_folder(folder, device="cpu")
+    assert "weights_only" not in str(info.value)  # torch's advice to load unsafely never reaches the user
 
 
 def test_mismatched_weights_list_keys_and_shapes(tiny_model_dir, tmp_path):

@@ -162,3 +162,14 @@ def test_vllm_request_gives_a_clear_error_when_unavailable(tiny_model_dir, monke
     monkeypatch.setitem(sys.modules, "studio.tts.vllm_llm", None)  # as if the module were absent
     with pytest.raises(BackendUnavailableError, match="vLLM backend not available"):
         CosyVoice2(tiny_model_dir, load_vllm=True)
+
+
+def test_load_jit_and_load_trt_warn_and_run_the_pytorch_modules(tiny_model_dir, caplog):
+    import logging
+
+    from studio.tts.cosyvoice2 import CosyVoice2
+
+    with caplog.at_level(logging.WARNING, logger="studio.tts.cosyvoice2"):
+        model = CosyVoice2(tiny_model_dir, load_jit=True, load_trt=True)
+    assert model.backend_name == "pytorch"
+    assert "load_jit/load_trt are not supported" in caplog.text

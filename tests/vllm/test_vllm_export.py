@@ -63,3 +63,12 @@ def test_bad_llm_pt_raises_and_leaves_no_partial_export(tmp_path):
     assert [p for p in (tmp_path / "cache").iterdir() if p.is_dir()] == []
     with pytest.raises(VllmExportError, match="not found"):
         export_for_vllm(tmp_path / "missing.pt", {}, root=tmp_path / "cache")
+
+
+def test_plugin_path_names_the_model_class_the_export_declares():
+    import importlib
+
+    from studio.tts.vllm_plugin import MODEL_CLASS_PATH
+
+    module, name = MODEL_CLASS_PATH.split(":")
+    assert getattr(importlib.import_module(module), name).__name__ == ARCHITECTURE

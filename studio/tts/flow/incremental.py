@@ -15,6 +15,9 @@ its values never change; `IncrementalFlow` keeps, per request, what later frames
 Results equal the full-prefix re-run (`CausalMaskedDiffWithXvec.inference`) up to float rounding. The cache
 is committed only up to the last complete chunk, so any hop schedule stays exact (an unaligned tail is
 recomputed next call); finalize never commits, so it can be repeated.
+
+With a `PromptFlowCache` (tts/flow/prompt_cache.py) a request starts from the cached state of its prompt's
+exactly reusable frames (computed once per voice) instead of recomputing them.
 """
 
 from __future__ import annotations
@@ -33,18 +36,20 @@ from studio.tts.flow.masks import mask_to_bias
 class KVBuffer:
     """Growing key/value storage [B, H, capacity, d]; rows [0, length) belong to committed positions.
 
-    Writing in place into spare capacity avoids concatenating the whole cache on every chunk.
+    Writing in place into spare capacity avoids concatenating the whole cache on every chunk. A `shared`
+    buffer (tensors owned by the prompt cache) is copied on its first write, never written in place.
     """
 
-    def __init__(self) -> None:
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.length = 0
+    def __init__(self, k: torch.Tensor | None = None, v: torch.Tensor | None = None, shared: bool = False):
+        self.k, self.v = k, v
+        self.length = 0 if k is None else k.shape[2]
+        self.shared = shared
 
     def extend(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [B, H, n, d] at rows [start, start + n); return views of rows [0, start + n)."""
         end = start + k.shape[2]
-        if self.k is None or self.k.shape[2] < end or self.k.dtype != k.dtype:
+        if self.k is None or self.shared or self.k.shape[2] < end or self.k.dtype != k.dtype:
+            self.shared = False
             previous = 0 if self.k is None else self.k.shape[2]
             capacity = max(end, previous + previous // 2, 64)  # x1.5: amortised copies, at most 1/3 spare
             grown_k = k.new_empty(*k.shape[:2], capacity, k.shape[3])
@@ -59,10 +64,14 @@ class KVBuffer:
 
 
 class _Window:
-    """The positions one call computes: [start, end) of a sequence whose first `commit` stay cached."""
+    """The positions one call computes: [start, end) of a sequence whose first `commit` stay cached.
 
-    def __init__(self, start: int, end: int, commit: int, store: dict):
-        self.start, self.end, self.commit, self.store = start, end, commit, store
+    With a `mark` (start <= mark <= end) the causal tails at the mark are also kept, under
+    ``("mark", owner)``: with the K/V rows before it they are the state after the mark (prompt cache).
+    """
+
+    def __init__(self, start: int, end: int, commit: int, store: dict, mark: int | None = None):
+        self.start, self.end, self.commit, self.store, self.mark = start, end, commit, store, mark
 
     def visible(self, chunk: int, device: torch.device) -> torch.Tensor:
         """Bool [end - start, end]: query i sees keys up to the end of its chunk (absolute positions)."""
@@ -84,6 +93,9 @@ class _Window:
         full = torch.cat([tail, x], dim=2)
         keep = (self.commit - self.start) * scale
         self.store[owner] = full[:, :, keep : keep + left]
+        if self.mark is not None:
+            at = (self.mark - self.start) * scale
+            self.store[("mark", owner)] = full[:, :, at : at + left]
         return full
 
 
@@ -246,8 +258,12 @@ def estimate(
 class IncrementalFlow:
     """One streaming request's flow caches; `mel(tokens, finalize)` returns only the frames not yet cached."""
 
-    def __init__(self, flow: nn.Module, prompt_token: torch.Tensor, prompt_feat: torch.Tensor, embedding):
+    def __init__(
+        self, flow: nn.Module, prompt_token: torch.Tensor, prompt_feat: torch.Tensor, embedding, cache=None
+    ):
         self.flow = flow
+        self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
+        self.mark: int | None = None  # token position whose state the next call also keeps (see _Window)
         self.prompt_ids = [int(i) for i in prompt_token.reshape(-1).tolist()]
         self.prompt_feat = prompt_feat  # [1, 2P, 80]
         self.embedding = embedding
@@ -283,14 +299,40 @@ class IncrementalFlow:
         self.step_stores: list[dict] = []
         self.valid = True
 
+    def prompt_boundary(self) -> int:
+        """Prompt tokens whose cached state depends on the prompt alone: the last commit boundary at or
+        before ``P - lookahead`` (a later chunk mixes prompt and target tokens in attention or lookahead)."""
+        usable = len(self.prompt_ids) - self.flow.pre_lookahead_len
+        return max(0, usable // self.quantum * self.quantum)
+
+    @torch.inference_mode()
+    def prefill(self, n_timesteps: int = 10) -> None:
+        """Compute and commit the state of the first `prompt_boundary()` tokens, marked (no mel returned)."""
+        self.mark = self.prompt_boundary()
+        if self.mark > 0 and not self.committed:
+            self._advance(self.prompt_ids[: self.mark + self.flow.pre_lookahead_len], False, n_timesteps)
+
     @torch.inference_mode()
     def mel(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, int]:
         """(mel [1, 80, n] in the compute dtype, absolute frame index of its first column; prompt frames count).
 
         When not `finalize`, the last `pre_lookahead_len` tokens are lookahead only, as in the full path.
         """
-        flow = self.flow
         ids = self.prompt_ids + [int(i) for i in tokens]
+        if self.cache is None or self.committed:
+            return self._advance(ids, finalize, n_timesteps)
+        # First call: start from the prompt's cached state, or compute it within this call (marked) and store it.
+        cache, self.cache = self.cache, None  # once per request: a later restart recomputes
+        key = cache.start(self, n_timesteps)
+        if key is None:
+            return self._advance(ids, finalize, n_timesteps)
+        self.mark = self.prompt_boundary()
+        result = self._advance(ids, finalize, n_timesteps)
+        cache.store(key, self)
+        return result
+
+    def _advance(self, ids: list[int], finalize: bool, n_timesteps: int) -> tuple[torch.Tensor, int]:
+        flow = self.flow
         lookahead = flow.pre_lookahead_len
         if not finalize and len(ids) <= lookahead:
             raise ValueError(f"a non-final flow chunk needs more than {lookahead} tokens")
@@ -304,6 +346,9 @@ class IncrementalFlow:
         if end <= start:
             return torch.zeros(1, flow.output_size, 0, device=device), start * ratio
         commit = start if finalize else max(start, end // self.quantum * self.quantum)
+        mark, self.mark = self.mark, None
+        if mark is not None and not start <= mark <= end:
+            mark = None
         self.valid = False
 
         dtype = flow.spk_embed_affine_layer.weight.dtype
@@ -321,8 +366,8 @@ class IncrementalFlow:
             emb,
             lo,
             context,
-            _Window(start, end, commit, self.token_store),
-            _Window(start * ratio, end * ratio, commit * ratio, self.encoder_store),
+            _Window(start, end, commit, self.token_store, mark),
+            _Window(start * ratio, end * ratio, commit * ratio, self.encoder_store, mark and mark * ratio),
         )
         mu = flow.encoder_proj(h).transpose(1, 2).contiguous()  # [1, 80, n]
         frame0, frames = start * ratio, mu.shape[2]
@@ -331,12 +376,12 @@ class IncrementalFlow:
         if frame0 < prompt_frames:
             part = self.prompt_feat[:, frame0 : frame0 + frames].to(device=device, dtype=mu.dtype)
             cond[:, :, : part.shape[1]] = part.transpose(1, 2)
-        mel = self._sample(mu, spks, cond, frame0, commit * ratio, n_timesteps)
+        mel = self._sample(mu, spks, cond, frame0, commit * ratio, n_timesteps, mark and mark * ratio)
         self.committed = ids[:commit]
         self.valid = True
         return mel, frame0
 
-    def _sample(self, mu, spks, cond, frame0: int, commit: int, n_timesteps: int) -> torch.Tensor:
+    def _sample(self, mu, spks, cond, frame0: int, commit: int, n_timesteps: int, mark) -> torch.Tensor:
         """`CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only."""
         cfm = self.flow.decoder
         frames = mu.shape[2]
@@ -358,7 +403,7 @@ class IncrementalFlow:
         )
         bias = mask_to_bias(visible, mu.dtype)[None, None]
         for step in range(1, len(t_span)):
-            window = _Window(frame0, frame0 + frames, commit, self.step_stores[step - 1])
+            window = _Window(frame0, frame0 + frames, commit, self.step_stores[step - 1], mark)
             x_in = torch.cat([x, x], dim=0)
             velocity = estimate(cfm.estimator, window, bias, x_in, mu_in, t.expand(2), spks_in, cond_in)
             x = x + dt * ((1.0 + rate) * velocity[:1] - rate * velocity[1:])

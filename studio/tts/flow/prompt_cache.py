@@ -1,0 +1,244 @@
+"""Per-voice cache of the streaming flow's prompt state, so a second take with a voice skips its prompt frames.
+
+In streaming mode the flow's state for the prompt's leading frames (encoder keys/values and conv context,
+and per Euler step every estimator block's keys/values and causal-conv tails) is fixed by the prompt: its
+tokens, its mel (`cond`), the speaker embedding, the noise buffer indexed by absolute frame, and the flow's
+weights, since later frames never reach earlier ones. Only the frames before the last commit boundary that
+lies at least `pre_lookahead_len` tokens inside the prompt qualify (`IncrementalFlow.prompt_boundary`): the
+prompt's last partial chunk attends to target frames, and its last tokens look ahead into the target.
+
+`PromptFlowCache` keeps such snapshots in an LRU bounded by bytes (full model: about 2.3 MB per mel frame
+in float16, so 10 s of prompt costs about 1.1 GB). A request restores a snapshot by reference; its buffers
+are copied on the first write (`KVBuffer.shared`), so concurrent requests never write into cached tensors.
+Entries assume the flow's weights stay as they were when computed: call `clear()` after changing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from studio.tts.flow.incremental import IncrementalFlow, KVBuffer
+
+ENV_BUDGET = "STUDIO_PROMPT_CACHE_MB"
+DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
+
+
+@dataclass(frozen=True)
+class PromptSnapshot:
+    """An `IncrementalFlow`'s committed state after the prompt's reusable tokens (tensors never written)."""
+
+    committed: tuple[int, ...]
+    token_store: dict
+    encoder_store: dict
+    step_stores: tuple[dict, ...]
+    nbytes: int
+
+
+def _freeze(store: dict, rows: int) -> tuple[dict, int]:
+    """Compact copies of a store's state at its mark: K/V rows [0, rows) and the tails kept at the mark.
+
+    Pops the ``("mark", owner)`` tails from the live store; the tails at the request's own commit are not
+    taken (they belong to a later position).
+    """
+    frozen, nbytes, tails = {}, 0, 0
+    for key in list(store):
+        value = store[key]
+        if isinstance(value, KVBuffer):
+            value = KVBuffer(value.k[:, :, :rows].clone(), value.v[:, :, :rows].clone())
+            nbytes += value.k.nbytes + value.v.nbytes
+        elif isinstance(key, tuple) and key[0] == "mark":
+            key, value = key[1], store.pop(key).clone()
+            nbytes, tails = nbytes + value.nbytes, tails + 1
+        elif isinstance(key, tuple) and key[0] == "positions":
+            value = value.clone()  # the relative-position table: depends on the weights only
+            nbytes += value.nbytes
+        else:
+            continue
+        frozen[key] = value
+    owners = sum(1 for key in store if not isinstance(key, tuple) and not isinstance(store[key], KVBuffer))
+    if tails != owners:
+        raise RuntimeError(f"prompt cache: {tails} causal tails kept at the mark, {owners} expected")
+    return frozen, nbytes
+
+
+def _thaw(store: dict) -> dict:
+    """A request's own store over the snapshot's tensors: K/V buffers copy on write, tails are only read."""
+    return {
+        key: KVBuffer(value.k, value.v, shared=True) if isinstance(value, KVBuffer) else value
+        for key, value in store.items()
+    }
+
+
+def snapshot(flow: IncrementalFlow, boundary: int) -> PromptSnapshot:
+    """Freeze `flow`'s state after `boundary` tokens: its last call ran with ``mark == boundary``."""
+    ratio = flow.flow.token_mel_ratio
+    token_store, a = _freeze(flow.token_store, boundary)
+    encoder_store, b = _freeze(flow.encoder_store, boundary * ratio)
+    steps = [_freeze(store, boundary * ratio) for store in flow.step_stores]
+    nbytes = a + b + sum(n for _, n in steps)
+    committed = tuple(flow.prompt_ids[:boundary])
+    return PromptSnapshot(committed, token_store, encoder_store, tuple(s for s, _ in steps), nbytes)
+
+
+def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
+    """Make `flow` continue from `snap` as if it had computed the prompt's frames itself."""
+    flow.committed = list(snap.committed)
+    flow.token_store = _thaw(snap.token_store)
+    flow.encoder_store = _thaw(snap.encoder_store)
+    flow.step_stores = [_thaw(store) for store in snap.step_stores]
+    flow.valid = True
+
+
+_flow_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_flow_counter = itertools.count(1)
+_ids_lock = threading.Lock()
+
+
+def _flow_identity(module: torch.nn.Module) -> int:
+    """A number unique to this flow module for the process's lifetime (``id()`` can be reused)."""
+    with _ids_lock:
+        number = _flow_ids.get(module)
+        if number is None:
+            number = _flow_ids[module] = next(_flow_counter)
+        return number
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for tensor in tensors:
+        tensor = tensor.detach().to("cpu").contiguous()
+        h.update(repr((tensor.dtype, tuple(tensor.shape))).encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
+    """What the prompt state depends on: flow module, device, compute dtype, steps, and the prompt itself."""
+    module = flow.flow
+    device = module.input_embedding.weight.device
+    dtype = module.spk_embed_affine_layer.weight.dtype
+    autocast = torch.is_autocast_enabled(device.type)
+    compute = (str(dtype), str(torch.get_autocast_dtype(device.type)) if autocast else None)
+    ids = torch.tensor(flow.prompt_ids, dtype=torch.int64)
+    prompt = _digest(ids, flow.prompt_feat, flow.embedding)
+    return (_flow_identity(module), str(device), compute, n_timesteps, prompt)
+
+
+class PromptFlowCache:
+    """Thread-safe LRU of `PromptSnapshot`s bounded by `max_bytes`; counts hits, misses and evictions."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self._entries: OrderedDict[tuple, PromptSnapshot] = OrderedDict()
+        self._lock = threading.Lock()
+        self.nbytes = 0
+        self.hits = self.misses = self.evictions = self.rejected = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "entries": len(self._entries),
+                "bytes": self.nbytes,
+                "max_bytes": self.max_bytes,
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+                "rejected": self.rejected,
+            }
+
+    def get(self, key: tuple) -> PromptSnapshot | None:
+        with self._lock:
+            snap = self._entries.get(key)
+            if snap is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return snap
+
+    def put(self, key: tuple, snap: PromptSnapshot) -> bool:
+        """Store `snap` (most recent), evicting the least recently used; False if it alone exceeds the budget."""
+        with self._lock:
+            if snap.nbytes > self.max_bytes:
+                self.rejected += 1
+                return False
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self.nbytes -= previous.nbytes
+            self._entries[key] = snap
+            self.nbytes += snap.nbytes
+            while self.nbytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self.nbytes -= evicted.nbytes
+                self.evictions += 1
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
+    def start(self, flow: IncrementalFlow, n_timesteps: int) -> tuple | None:
+        """Before `flow`'s first call: restore its prompt's snapshot on a hit (returns None); on a miss return
+        the key to `store` the state under once the call has run with ``mark = prompt_boundary()``.
+
+        Prompts shorter than one chunk plus the lookahead have nothing reusable (None).
+        """
+        if flow.prompt_boundary() == 0 or flow.committed:
+            return None
+        key = prompt_key(flow, n_timesteps)
+        snap = self.get(key)
+        if snap is None:
+            return key
+        restore(flow, snap)
+        return None
+
+    @torch.inference_mode()
+    def store(self, key: tuple, flow: IncrementalFlow) -> bool:
+        """Snapshot the prompt state `flow` kept at its mark during the call just made, and `put` it."""
+        if not flow.valid or not any(isinstance(k, tuple) and k[0] == "mark" for k in flow.token_store):
+            return False  # the call failed or never reached the mark: nothing consistent to keep
+        return self.put(key, snapshot(flow, flow.prompt_boundary()))
+
+    def warm(self, flow: IncrementalFlow, n_timesteps: int = 10) -> bool:
+        """Compute and store a prompt's state ahead of its first take (e.g. when a voice is saved)."""
+        key = self.start(flow, n_timesteps)
+        if key is None:
+            return False
+        flow.prefill(n_timesteps)
+        return self.store(key, flow)
+
+
+_defaults: dict[str, PromptFlowCache | None] = {}
+_defaults_lock = threading.Lock()
+
+
+def budget_bytes(device_type: str) -> int:
+    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
+    value = os.environ.get(ENV_BUDGET, "").strip()
+    try:
+        megabytes = float(value) if value else DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
+    except ValueError as exc:
+        raise ValueError(f"{ENV_BUDGET} must be a number of megabytes, got {value!r}") from exc
+    return max(0, int(megabytes * 2**20))
+
+
+def default_cache(device: torch.device | str) -> PromptFlowCache | None:
+    """The process-wide cache for a device type (sized once, on first use); None when the budget is 0."""
+    device_type = torch.device(device).type
+    with _defaults_lock:
+        if device_type not in _defaults:
+            budget = budget_bytes(device_type)
+            _defaults[device_type] = PromptFlowCache(budget) if budget > 0 else None
+        return _defaults[device_type]
