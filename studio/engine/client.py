@@ -21,9 +21,11 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.connection as mp_connection
 import queue
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +82,21 @@ def describe_exit(exitcode: int | None) -> str:
     return f"the engine process exited with code {exitcode}"
 
 
+def _exited(process: multiprocessing.Process, timeout: float = 0.0) -> bool:
+    """Whether the process has ended (waits up to ``timeout``); never reaps it, so threads cannot race."""
+    return bool(mp_connection.wait([process.sentinel], timeout))
+
+
+def _exit_code(process: multiprocessing.Process, timeout: float) -> int | None:
+    """The exit code once the process ends within ``timeout`` seconds, else None."""
+    if not _exited(process, timeout):
+        return None
+    deadline = time.monotonic() + 2.0
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # another thread is reaping it this instant and will record the code
+    return process.exitcode
+
+
 class EngineClient:
     """Owns one engine process at a time and the pipes to it."""
 
@@ -105,7 +122,7 @@ class EngineClient:
         return self._process.pid if self._process is not None else None
 
     def is_alive(self) -> bool:
-        return self._process is not None and self._process.is_alive()
+        return self._process is not None and not _exited(self._process)
 
     def start(self) -> Hello:
         """Spawn the engine process and wait for its handshake; raises EngineError on failure."""
@@ -135,10 +152,9 @@ class EngineClient:
                 hello = self._handshake(process, events_read)
             except BaseException:
                 self._kill(process)
-                process.join(5)
                 events_read.close()
                 requests_write.close()
-                self.last_exitcode = process.exitcode
+                self.last_exitcode = _exit_code(process, 5)
                 raise
             self._process, self._requests, self._stopping = process, requests_write, False
             self.hello = hello
@@ -159,20 +175,21 @@ class EngineClient:
                 return
             self._stopping = True
             self._process = self._requests = self._reader = None
-            if process.is_alive():
+            if not _exited(process):
                 try:
                     requests.send(Shutdown())
                 except (BrokenPipeError, OSError):
                     pass
-        process.join(timeout)
-        if process.is_alive():
+        if _exit_code(process, timeout) is None:
             log.warning("engine did not stop within %.0f s; killing it", timeout)
-            self._kill(process)
+            process.kill()
+        code = _exit_code(process, 10)
         requests.close()
         if reader is not None:
-            reader.join(10)
-        self.last_exitcode = process.exitcode
-        process.close()
+            reader.join(10)  # the reader reports the end (STOPPED, or a crash)
+        self.last_exitcode = code
+        if code is not None:
+            process.close()
 
     def _handshake(self, process: multiprocessing.Process, events: Any) -> Hello:
         if not events.poll(self.start_timeout):
@@ -180,9 +197,9 @@ class EngineClient:
         try:
             hello = events.recv()
         except (EOFError, OSError) as exc:
-            process.join(5)
+            code = _exit_code(process, 5)
             report = self.crash_report(process.pid, 20)
-            raise EngineError(f"{describe_exit(process.exitcode)} while starting\n{report}") from exc
+            raise EngineError(f"{describe_exit(code)} while starting\n{report}") from exc
         if not isinstance(hello, Hello) or hello.protocol_version != PROTOCOL_VERSION:
             raise EngineError(f"engine protocol mismatch: expected {PROTOCOL_VERSION}, got {hello!r}")
         return hello
@@ -199,9 +216,9 @@ class EngineClient:
 
     @staticmethod
     def _kill(process: multiprocessing.Process) -> None:
-        if process.is_alive():
+        if not _exited(process):
             process.kill()
-            process.join(10)
+        _exit_code(process, 10)
 
     def __enter__(self) -> EngineClient:
         self.start()
@@ -268,23 +285,28 @@ class EngineClient:
         raise EngineError(f"no {'/'.join(s.value for s in states)} state within {timeout:.0f} s")
 
     def _read_events(self, connection: Any, process: multiprocessing.Process) -> None:
+        saw_stopped = False
         while True:
+            # The sentinel too: vLLM's own children may hold the pipe open after the engine died.
+            ready = mp_connection.wait([connection, process.sentinel])
+            if connection not in ready and not connection.poll(0):
+                break
             try:
                 event = connection.recv()
             except (EOFError, OSError):
                 break
             if isinstance(event, State):
                 self.last_state = event
+                saw_stopped = event.state is EngineState.STOPPED
             elif isinstance(event, (TakeFinished, Error)) and event.request_id is not None:
                 with self._takes_lock:
                     self._open_takes.discard(event.request_id)
             self._events.put(event)
         connection.close()
-        process.join(10)
-        self.last_exitcode = process.exitcode
-        stopped_cleanly = self._stopping and process.exitcode == 0
-        if not stopped_cleanly:
-            self._report_crash(process)
+        code = _exit_code(process, 10)
+        self.last_exitcode = code
+        if not (self._stopping and (code == 0 or (code is None and saw_stopped))):
+            self._report_crash(process, code)
 
     def crash_report(self, pid: int | None, count: int = 30) -> str:
         """The engine's last log lines (of process ``pid``) and the last lines of its raw output."""
@@ -294,8 +316,8 @@ class EngineClient:
             parts += [f"--- {self.log_path.with_suffix('.out')} (stdout/stderr) ---", *output]
         return "\n".join(parts)
 
-    def _report_crash(self, process: multiprocessing.Process) -> None:
-        reason = describe_exit(process.exitcode)
+    def _report_crash(self, process: multiprocessing.Process, code: int | None) -> None:
+        reason = describe_exit(code)
         report = self.crash_report(process.pid)
         log.error("%s; last log lines:\n%s", reason, report)
         with self._takes_lock:

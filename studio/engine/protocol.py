@@ -12,6 +12,9 @@ A session looks like::
     -> Cancel(request_id)         <- TakeFinished(stats.cancelled=True) for that request
     -> Shutdown()                 <- State(STOPPED), then the process exits
 
+A load that fails answers ``Error(None, ...)`` and ``State(ERROR)`` (the process stays up); loading what is
+already loaded answers ``State(READY)`` at once. The backend actually used is in ``State.backend``, and
+``State.backend_reason`` says why when vLLM was asked for but PyTorch runs.
 Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``.
 Audio is float32 mono at ``SAMPLE_RATE`` (24 kHz). All numbers in seconds unless named otherwise.
 """

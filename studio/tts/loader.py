@@ -7,6 +7,7 @@ folder, so read-only folders work.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -202,6 +203,8 @@ def load_frontend(model_dir: Path, device: torch.device) -> Any:
     from studio.tts.onnx_models import SpeakerEmbedder, SpeechTokenizer
 
     use_cuda = device.type == "cuda"
+    for name in ("vocab.json", "tokenizer_config.json"):  # the tokenizer's own errors do not name the file
+        _check_json(model_dir / BLANKEN_DIR / name)
     return Frontend(
         _open(model_dir / BLANKEN_DIR, "the Qwen2 tokenizer", TextFrontend),
         _open(
@@ -216,6 +219,18 @@ def load_frontend(model_dir: Path, device: torch.device) -> Any:
         ),
         device,
     )
+
+
+def _check_json(path: Path) -> None:
+    """Raise `ModelFolderError` naming ``path`` when it exists but does not parse as JSON."""
+    if not path.is_file():
+        return  # absent files are reported by whoever needs them
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFolderError(
+            path, f"is not valid JSON (truncated or corrupt?): {_first_line(exc)}"
+        ) from exc
 
 
 def load_spk2info(path: Path) -> dict:

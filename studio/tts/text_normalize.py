@@ -122,6 +122,7 @@ class TextNormalizer:
         return en.normalize(text), "en"
 
     def split(self, text: str, count_tokens: Callable[[str], int]) -> list[str]:
+        """Normalise, then cut into upstream's sentence pieces (sized by `count_tokens`); drop bare punctuation."""
         normalized, lang = self.normalize(text)
         if not normalized.strip():
             return []

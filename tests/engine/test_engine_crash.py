@@ -79,3 +79,16 @@ def test_sigkill_mid_take_is_a_crash_with_log_lines_and_restart_works(tmp_path, 
     finally:
         client.shutdown()
     assert not client.is_alive()
+
+
+def test_a_clean_shutdown_is_never_reported_as_a_crash(tmp_path):
+    client = EngineClient(log_path=tmp_path / "engine.log")
+    for _ in range(4):  # several cycles: the exit status must be read reliably every time
+        client.start()
+        client.shutdown(timeout=30)
+        assert client.last_exitcode == 0 and not client.is_alive()
+        seen = []
+        while (event := client.get_event(timeout=0)) is not None:
+            seen.append(event)
+        assert not [e for e in seen if isinstance(e, Error)], seen
+        assert [e.state for e in seen if isinstance(e, State)][-1] is EngineState.STOPPED

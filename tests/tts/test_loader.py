@@ -59,7 +59,9 @@ def test_truncated_weights_are_named(tiny_model_dir, tmp_path, name):
     ("name", "message"),
     [
         ("CosyVoice-BlankEN/config.json", r"config\.json: is not a valid Qwen2 config\.json"),
-        ("CosyVoice-BlankEN/vocab.json", r"CosyVoice-BlankEN: cannot be loaded as the Qwen2 tokenizer"),
+        ("CosyVoice-BlankEN/vocab.json", r"vocab\.json: is not valid JSON"),
+        ("CosyVoice-BlankEN/tokenizer_config.json", r"tokenizer_config\.json: is not valid JSON"),
+        ("CosyVoice-BlankEN/merges.txt", r"CosyVoice-BlankEN: cannot be loaded as the Qwen2 tokenizer"),
         ("spk2info.pt", r"spk2info\.pt: cannot be read as saved voices .*truncated"),
     ],
 )

@@ -306,29 +306,19 @@ class IncrementalFlow:
         return max(0, usable // self.quantum * self.quantum)
 
     @torch.inference_mode()
-    def prefill(self, n_timesteps: int = 10) -> None:
-        """Compute and commit the state of the first `prompt_boundary()` tokens, marked (no mel returned)."""
-        self.mark = self.prompt_boundary()
-        if self.mark > 0 and not self.committed:
-            self._advance(self.prompt_ids[: self.mark + self.flow.pre_lookahead_len], False, n_timesteps)
-
-    @torch.inference_mode()
     def mel(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, int]:
         """(mel [1, 80, n] in the compute dtype, absolute frame index of its first column; prompt frames count).
 
         When not `finalize`, the last `pre_lookahead_len` tokens are lookahead only, as in the full path.
         """
-        ids = self.prompt_ids + [int(i) for i in tokens]
-        if self.cache is None or self.committed:
-            return self._advance(ids, finalize, n_timesteps)
-        # First call: start from the prompt's cached state, or compute it within this call (marked) and store it.
-        cache, self.cache = self.cache, None  # once per request: a later restart recomputes
-        key = cache.start(self, n_timesteps)
-        if key is None:
-            return self._advance(ids, finalize, n_timesteps)
-        self.mark = self.prompt_boundary()
-        result = self._advance(ids, finalize, n_timesteps)
-        cache.store(key, self)
+        key, cache = None, self.cache
+        if cache is not None and not self.committed:  # first call: restore the prompt's state, or keep it
+            self.cache = None  # consulted once per request: a restart recomputes
+            key = cache.start(self, n_timesteps)
+            self.mark = None if key is None else self.prompt_boundary()
+        result = self._advance(self.prompt_ids + [int(i) for i in tokens], finalize, n_timesteps)
+        if key is not None:
+            cache.store(key, self)
         return result
 
     def _advance(self, ids: list[int], finalize: bool, n_timesteps: int) -> tuple[torch.Tensor, int]:

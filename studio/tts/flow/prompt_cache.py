@@ -216,7 +216,10 @@ class PromptFlowCache:
         key = self.start(flow, n_timesteps)
         if key is None:
             return False
-        flow.prefill(n_timesteps)
+        flow.mark = flow.prompt_boundary()
+        flow.mel(
+            [], finalize=False, n_timesteps=n_timesteps
+        )  # the prompt alone (its last 3 tokens look ahead)
         return self.store(key, flow)
 
 
