@@ -5,13 +5,14 @@ speech tokens per take (``exact_speech_tokens``: a random LM rarely stops, so ta
 like) and prints RTF = synthesis seconds / audio seconds, per stage, offline and streaming.
 
     .venv/bin/python benchmarks/cpu_rtf_tiny.py [--tokens 250] [--repeats 3] [--threads N] [--full-prefix-flow]
-        [--prompt-seconds 3] [--same-voice]
+        [--prompt-seconds 3] [--same-voice | --flow-only]
 
 Streaming renders each chunk with the incremental (cached) flow; ``--full-prefix-flow`` selects upstream's
 re-run of the flow over the whole token prefix per chunk, for comparison. Streaming takes reuse the
 prompt's flow state across takes (the per-voice prompt cache; ``STUDIO_PROMPT_CACHE_MB=0`` disables it);
 ``--same-voice`` instead reports, per repeat with the cache emptied first, the first take with a voice
-(cold) against the second (warm).
+(cold) against the second (warm); ``--flow-only`` times the first streamed chunk's flow alone (no LM thread
+competing for the CPU): no prompt cache, a miss, and a hit.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def main() -> int:
         action="store_true",
         help="streaming only: first take with a voice (prompt cache cold) vs the second (warm)",
     )
+    parser.add_argument(
+        "--flow-only",
+        action="store_true",
+        help="time the first streamed chunk's flow alone: no prompt cache vs cache miss vs cache hit",
+    )
     args = parser.parse_args()
     if args.full_prefix_flow:
         os.environ["STUDIO_INCREMENTAL_FLOW"] = "0"
@@ -106,6 +112,8 @@ def main() -> int:
     )
     prompt = voiced_prompt(args.prompt_seconds)
     take(model, prompt, 30, stream=False, seed=0)  # warm-up: first calls build oneDNN kernels
+    if args.flow_only:
+        return flow_only(model, prompt, args)
     if args.same_voice:
         return same_voice(model, prompt, args)
     for stream in (False, True):
@@ -139,6 +147,39 @@ def same_voice(model, prompt, args) -> int:
         )
     if cache is not None:
         print(f"cache: {cache.stats()}")
+    return 0
+
+
+def flow_only(model, prompt, args) -> int:
+    """The first streamed chunk's flow (prompt + hop + lookahead tokens), interleaved runs, median."""
+    import torch
+
+    from studio.tts.flow.incremental import IncrementalFlow
+    from studio.tts.flow.prompt_cache import PromptFlowCache
+
+    features = model.model.frontend.prompt_features(prompt, 16000)
+    inputs = dict(
+        prompt_token=features.speech_token, prompt_feat=features.speech_feat, embedding=features.embedding
+    )
+    flow, n_prompt = model.model.flow, features.speech_token.shape[1]
+    hop = -(-n_prompt // model.token_hop_len) * model.token_hop_len - n_prompt + model.token_hop_len
+    tokens = torch.randint(
+        0, 6561, (hop + flow.pre_lookahead_len,), generator=torch.Generator().manual_seed(0)
+    )
+    times: dict[str, list[float]] = {"no prompt cache": [], "miss": [], "hit": []}
+    for _ in range(args.repeats):
+        for label, runs in times.items():
+            cache = None if label == "no prompt cache" else PromptFlowCache(1 << 40)
+            if label == "hit":
+                IncrementalFlow(flow, **inputs, cache=cache).mel(tokens.tolist(), finalize=False)
+            incremental = IncrementalFlow(flow, **inputs, cache=cache)
+            started = time.perf_counter()
+            incremental.mel(tokens.tolist(), finalize=False)
+            runs.append(time.perf_counter() - started)
+    boundary = IncrementalFlow(flow, **inputs).prompt_boundary()
+    print(f"prompt {n_prompt} tokens ({boundary} reusable); first chunk {n_prompt + hop} tokens; flow only:")
+    for label, runs in times.items():
+        print(f"  {label}: {statistics.median(runs) * 1000:.0f} ms  [median of {args.repeats}]")
     return 0
 
 

@@ -92,10 +92,10 @@ class _Window:
             tail = x.new_zeros(x.shape[0], x.shape[1], left)  # the zero padding before position 0
         full = torch.cat([tail, x], dim=2)
         keep = (self.commit - self.start) * scale
-        self.store[owner] = full[:, :, keep : keep + left]
+        self.store[owner] = full[:, :, keep : keep + left].clone()  # a copy: a view would pin all of `full`
         if self.mark is not None:
             at = (self.mark - self.start) * scale
-            self.store[("mark", owner)] = full[:, :, at : at + left]
+            self.store[("mark", owner)] = full[:, :, at : at + left].clone()
         return full
 
 

@@ -55,7 +55,7 @@ def _freeze(store: dict, rows: int) -> tuple[dict, int]:
             value = KVBuffer(value.k[:, :, :rows].clone(), value.v[:, :, :rows].clone())
             nbytes += value.k.nbytes + value.v.nbytes
         elif isinstance(key, tuple) and key[0] == "mark":
-            key, value = key[1], store.pop(key).clone()
+            key, value = key[1], store.pop(key)  # already a copy (`_Window.causal`)
             nbytes, tails = nbytes + value.nbytes, tails + 1
         elif isinstance(key, tuple) and key[0] == "positions":
             value = value.clone()  # the relative-position table: depends on the weights only
