@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import secrets
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -146,10 +147,15 @@ class CosyVoice2:
     def save_spkinfo(self) -> Path:
         """Write the saved voices to the user data folder (the model folder may be read-only)."""
         self.voices_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.voices_file.with_suffix(".tmp")
-        with self._voices_lock:
-            torch.save(self.spk2info, tmp)
-        os.replace(tmp, self.voices_file)
+        # A unique temporary name per writer, so two processes saving at once never mix their bytes.
+        fd, tmp = tempfile.mkstemp(prefix=".spk2info-", suffix=".tmp", dir=self.voices_file.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, self._voices_lock:
+                torch.save(self.spk2info, out)
+            os.replace(tmp, self.voices_file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return self.voices_file
 
     # -- upstream-compatible entry points ------------------------------------------------------------
