@@ -25,7 +25,7 @@ import torch
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import SPK2INFO_FILE, load_model_folder, load_spk2info
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
-from studio.tts.token2wav import Token2WavStream
+from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
 
@@ -142,6 +142,10 @@ class CosyVoice2:
         }
         with self._voices_lock:
             self.spk2info[zero_shot_spk_id] = entry
+        try:  # the voice's first streamed take then skips its prompt frames (STUDIO_PROMPT_CACHE_MB=0: off)
+            warm_prompt_cache(self.model.flow, token, feat, embedding, fp16=self.fp16)
+        except Exception:  # noqa: BLE001 - an optimisation: never fail saving a voice over it
+            log.warning("could not warm the prompt flow cache for voice %r", zero_shot_spk_id, exc_info=True)
         return True
 
     def save_spkinfo(self) -> Path:

@@ -169,6 +169,9 @@ def test_lru_evicts_by_bytes(modules):  # noqa: F811
     small = PromptFlowCache(size - 1)
     IncrementalFlow(flow, **prompts[0], cache=small).mel(speech_tokens(5), finalize=False)
     assert len(small) == 0 and small.stats()["rejected"] == 1
+    exact = PromptFlowCache(size)  # the size checked before copying is the size kept
+    IncrementalFlow(flow, **prompts[0], cache=exact).mel(speech_tokens(5), finalize=False)
+    assert len(exact) == 1 and exact.nbytes == size
 
 
 def test_concurrent_requests_sharing_a_cached_prompt(modules):  # noqa: F811
@@ -233,6 +236,21 @@ def test_a_take_shorter_than_one_chunk_fills_the_cache_too(modules):  # noqa: F8
     assert len(cache) == 1
     assert_same(run(flow, hift, inputs, tokens, cache=cache), run(flow, hift, inputs, tokens, cache=False))
     assert cache.stats()["hits"] == 1
+    other = speech_tokens(15, seed=42)  # and a short take that starts from the cached state
+    plain, cached = (
+        Token2WavStream(
+            flow,
+            hift,
+            **inputs,
+            streaming=True,
+            incremental=True,
+            prompt_cache=choice,
+            generator=torch.Generator().manual_seed(9),
+        )
+        for choice in (False, cache)
+    )
+    assert relative_error(cached.finish(other)[0], plain.finish(other)[0]) <= TOLERANCE
+    assert cache.stats()["hits"] == 2
 
 
 def test_warming_a_voice_makes_its_first_take_a_hit(modules):  # noqa: F811
@@ -246,3 +264,32 @@ def test_warming_a_voice_makes_its_first_take_a_hit(modules):  # noqa: F811
     )  # nothing reusable in so short a prompt
     assert_same(run(flow, hift, inputs, tokens, cache=cache), run(flow, hift, inputs, tokens, cache=False))
     assert cache.stats()["hits"] == 2 and len(cache) == 1
+
+
+def test_saving_a_voice_warms_the_cache_for_its_first_streamed_take(
+    tiny_model_dir, prompt_wav16k, monkeypatch, tmp_path
+):
+    from studio.tts.cosyvoice2 import CosyVoice2, SynthesisSpec
+    from studio.tts.flow.prompt_cache import default_cache
+
+    monkeypatch.setenv("STUDIO_DATA_DIR", str(tmp_path))
+    model = CosyVoice2(tiny_model_dir)
+    cache = default_cache(model.model.device)
+    before = cache.stats()
+    model.add_zero_shot_spk("A short prompt for the voice.", prompt_wav16k, "warm-voice", prompt_sr=16000)
+    assert cache.stats()["misses"] == before["misses"] + 1  # computed once, when the voice was saved
+    spec = SynthesisSpec(
+        text="Hello there.",
+        mode="zero_shot",
+        spk_id="warm-voice",
+        stream=True,
+        seed=0,
+        exact_speech_tokens=60,
+    )
+    try:
+        chunks = list(model.synthesize(spec))
+    finally:
+        model.close()
+    assert len(chunks) >= 2
+    assert cache.stats()["hits"] == before["hits"] + 1
+    assert cache.stats()["misses"] == before["misses"] + 1

@@ -69,6 +69,17 @@ def _freeze(store: dict, rows: int) -> tuple[dict, int]:
     return frozen, nbytes
 
 
+def _frozen_bytes(store: dict, rows: int) -> int:
+    """What `_freeze(store, rows)` would keep, in bytes, without copying anything."""
+    total = 0
+    for key, value in store.items():
+        if isinstance(value, KVBuffer):
+            total += 2 * value.k[:, :, :rows].nbytes
+        elif isinstance(key, tuple) and key[0] in ("mark", "positions"):
+            total += value.nbytes
+    return total
+
+
 def _thaw(store: dict) -> dict:
     """A request's own store over the snapshot's tensors: K/V buffers copy on write, tails are only read."""
     return {
@@ -209,7 +220,19 @@ class PromptFlowCache:
         """Snapshot the prompt state `flow` kept at its mark during the call just made, and `put` it."""
         if not flow.valid or not any(isinstance(k, tuple) and k[0] == "mark" for k in flow.token_store):
             return False  # the call failed or never reached the mark: nothing consistent to keep
-        return self.put(key, snapshot(flow, flow.prompt_boundary()))
+        boundary = flow.prompt_boundary()
+        stores = [(flow.token_store, boundary)]
+        stores += [
+            (store, boundary * flow.flow.token_mel_ratio) for store in (flow.encoder_store, *flow.step_stores)
+        ]
+        if sum(_frozen_bytes(store, rows) for store, rows in stores) > self.max_bytes:
+            for store, _ in stores:  # too big to keep: don't copy it, and drop the request's marked tails
+                for mark in [k for k in store if isinstance(k, tuple) and k[0] == "mark"]:
+                    del store[mark]
+            with self._lock:
+                self.rejected += 1
+            return False
+        return self.put(key, snapshot(flow, boundary))
 
     def warm(self, flow: IncrementalFlow, n_timesteps: int = 10) -> bool:
         """Compute and store a prompt's state ahead of its first take (e.g. when a voice is saved)."""
