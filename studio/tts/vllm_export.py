@@ -1,7 +1,10 @@
 """Export of the CosyVoice2 LM to a vLLM-loadable HF-style folder in the user cache directory.
 
-The folder is keyed by a hash of `llm.pt`, the backbone config and this exporter's version, so a
-stale export (other weights, older code) is never reused — upstream's trap. It is written into a
+The folder is keyed by a hash of `llm.pt`, the backbone config, the weights' dtype and this
+exporter's version, so a stale export (other weights, another dtype, older code) is never reused —
+upstream's trap. The tensors are written in the dtype vLLM will run (the caller resolves vLLM's
+`auto`, see `vllm_llm.resolve_dtype`) and config.json declares that same dtype, so vLLM loads them
+as they are: one explicit cast at export time, never a silent second one at load time. It is written into a
 temporary folder beside its final place and renamed into place, so a crash never leaves a half
 export that looks complete. The model folder itself is never written (it may be read-only).
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 from studio.tts.vllm_plugin import ARCHITECTURE
 
-EXPORTER_VERSION = 2  # bump whenever the exported files change
+EXPORTER_VERSION = 3  # bump whenever the exported files change (3: weights cast to the run dtype)
 APP_NAME = "cosyvoice-studio"
 WEIGHTS_FILE = "model.safetensors"
 STAMP_FILE = "studio-export.json"
@@ -87,32 +90,65 @@ def cached_file_sha256(path: Path, base: Path) -> str:
     return memo[key]
 
 
-def export_key(llm_pt: Path, qwen2_config: dict[str, Any], base: Path) -> str:
+def export_key(llm_pt: Path, qwen2_config: dict[str, Any], base: Path, dtype: str | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(cached_file_sha256(llm_pt, base).encode())
     digest.update(json.dumps(qwen2_config, sort_keys=True, default=str).encode())
     digest.update(f"exporter-{EXPORTER_VERSION}".encode())
+    digest.update(f"dtype-{dtype or 'source'}".encode())
     return digest.hexdigest()[:24]
 
 
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def dtype_name(dtype: Any) -> str:
+    """The dtype's name ("float16" for torch.float16 or "float16"); VllmExportError for others."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in FLOAT_DTYPES:
+        raise VllmExportError(f"unsupported export dtype {dtype!r} (one of {FLOAT_DTYPES})")
+    return name
+
+
+def weights_dtype(llm_pt: str | Path) -> str:
+    """The dtype `llm.pt` stores the LM's weights in (that of its backbone norm), e.g. "float32"."""
+    import torch
+
+    if not Path(llm_pt).is_file():
+        raise VllmExportError(f"llm.pt not found: {llm_pt}")
+    state = torch.load(Path(llm_pt), map_location="cpu", weights_only=True, mmap=True)
+    norm = state.get(BACKBONE_PREFIX + "norm.weight")
+    if norm is None:
+        raise VllmExportError(f"{llm_pt} is not a CosyVoice2 Qwen2LM state dict (no backbone norm)")
+    return dtype_name(norm.dtype)
+
+
 def export_for_vllm(
-    llm_pt: str | Path, qwen2_config: dict[str, Any], *, root: str | Path | None = None
+    llm_pt: str | Path,
+    qwen2_config: dict[str, Any],
+    *,
+    root: str | Path | None = None,
+    dtype: str | None = None,
 ) -> Path:
     """Return a folder vLLM can load for this `llm.pt`, exporting it first unless a fresh one exists.
 
-    `qwen2_config` is the backbone's HF config as a dict (CosyVoice-BlankEN/config.json).
+    `qwen2_config` is the backbone's HF config as a dict (CosyVoice-BlankEN/config.json). `dtype`
+    ("float16", "bfloat16", "float32") is the dtype vLLM will run: the floating-point weights are
+    written in it and config.json declares it; None keeps llm.pt's own dtype. Each dtype gets its
+    own export folder.
     """
+    dtype = dtype_name(dtype) if dtype is not None else None
     llm_pt = Path(llm_pt)
     if not llm_pt.is_file():
         raise VllmExportError(f"llm.pt not found: {llm_pt}")
     base = Path(root) if root is not None else cache_root() / "vllm-export"
-    target = base / f"{export_key(llm_pt, qwen2_config, base)}-v{EXPORTER_VERSION}"
+    target = base / f"{export_key(llm_pt, qwen2_config, base, dtype)}-v{EXPORTER_VERSION}"
     if (target / STAMP_FILE).is_file():
         return target
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=base))
     try:
-        _write_export(llm_pt, qwen2_config, staging)
+        _write_export(llm_pt, qwen2_config, staging, dtype)
         try:
             os.rename(staging, target)
         except OSError:
@@ -127,7 +163,7 @@ def export_for_vllm(
     return target
 
 
-def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path) -> None:
+def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path, dtype: str | None) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -150,11 +186,23 @@ def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path) -> N
     tensors["model.embed_tokens.weight"] = state[SPEECH_EMBEDDING]
     tensors["lm_head.weight"] = state[DECODER_WEIGHT]
     tensors["lm_head.bias"] = state[DECODER_BIAS]
-    tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
-    dtype = str(norm.dtype).removeprefix("torch.")
+    source_dtype = dtype_name(norm.dtype)
+    dtype = dtype or source_dtype
+    target_dtype = getattr(torch, dtype)
+    # One cast, here, of every floating-point tensor: config.json below declares this same dtype, so
+    # vLLM (given it explicitly) loads the tensors as they are.
+    tensors = {
+        k: (v.to(target_dtype) if v.is_floating_point() else v).detach().contiguous()
+        for k, v in tensors.items()
+    }
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     config = vllm_config_dict(qwen2_config, int(vocab_size), dtype)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    stamp = {"source": str(llm_pt.resolve()), "exporter_version": EXPORTER_VERSION, "dtype": dtype}
+    stamp = {
+        "source": str(llm_pt.resolve()),
+        "exporter_version": EXPORTER_VERSION,
+        "dtype": dtype,
+        "source_dtype": source_dtype,
+    }
     # The stamp is written last: its presence marks a complete export.
     (folder / STAMP_FILE).write_text(json.dumps(stamp, indent=2))

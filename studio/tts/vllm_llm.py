@@ -15,6 +15,7 @@ import logging
 import queue
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,12 @@ DEFAULT_VLLM_OPTIONS: dict[str, Any] = {
     "max_model_len": 4096,
 }
 CANCEL_POLL_S = 0.05
+# How long vLLM's engine-core process gets to tear down (its executor waits for its workers, then it
+# unlinks its shared-memory queues) before it is killed. vLLM's own default (5 s) is shorter than that
+# teardown on a busy CPU, so the core was SIGKILLed half way and its shared memory leaked.
+ENGINE_STOP_TIMEOUT_S = 20.0
+# How long `close()` waits for the stepping thread before shutting the engine down anyway.
+STEPPER_JOIN_TIMEOUT_S = 5.0
 
 
 class VllmBackendError(RuntimeError):
@@ -66,6 +73,8 @@ class VllmTokenBackend:
         self._ids = itertools.count()
         self._failure: BaseException | None = None
         self._closed = False
+        self._shutdown_lock = threading.Lock()
+        self._processes = engine_processes(engine)  # vLLM's engine-core processes and their workers
         self.num_live_requests = 0  # requests the engine still holds (updated by the stepping thread)
         self._thread = threading.Thread(target=self._run, name="vllm-stepper", daemon=True)
         self._thread.start()
@@ -123,13 +132,20 @@ class VllmTokenBackend:
             if not finished and not self._closed:
                 self._inbox.put(("abort", request))
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Abort what is running, stop the stepping thread and shut the engine (and its processes) down."""
+    def close(self, timeout: float = ENGINE_STOP_TIMEOUT_S) -> None:
+        """Abort what is running, stop the stepping thread and shut the engine (and its processes) down.
+
+        The engine is shut down here, not by the stepping thread, so a thread stuck inside a step cannot
+        keep vLLM's processes alive; `timeout` bounds the engine-core teardown, after which any vLLM
+        process still running is killed (no orphans)."""
         if self._closed:
             return
         self._closed = True
         self._inbox.put(("stop", None))
-        self._thread.join(timeout)
+        self._thread.join(min(timeout, STEPPER_JOIN_TIMEOUT_S))
+        if self._thread.is_alive():
+            log.warning("the vLLM stepping thread did not stop; shutting the engine down anyway")
+        self._shutdown_engine(timeout)
 
     def __enter__(self) -> VllmTokenBackend:
         return self
@@ -185,7 +201,7 @@ class VllmTokenBackend:
                     except queue.Empty:
                         break
                     block = False
-                    if kind == "stop":
+                    if kind == "stop":  # close() shuts the engine down
                         self._fail_all(live, VllmBackendError("the vLLM backend was closed"))
                         return
                     if kind == "add":
@@ -203,7 +219,6 @@ class VllmTokenBackend:
             self._failure = exc
             log.exception("vLLM stepping loop failed")
             self._fail_all(live, exc)
-        finally:
             self._shutdown_engine()
 
     def _step(self, live: dict[str, _Request]) -> None:
@@ -231,14 +246,64 @@ class VllmTokenBackend:
             if kind == "add":
                 request.outputs.put(("error", exc))
 
-    def _shutdown_engine(self) -> None:
-        engine, self._engine = self._engine, None
-        core = getattr(engine, "engine_core", None)
+    def _shutdown_engine(self, timeout: float = ENGINE_STOP_TIMEOUT_S) -> None:
+        """Shut vLLM down once: the engine core gets `timeout` s to exit by itself (so it unlinks its
+        shared memory), then whatever is left of its process tree is killed."""
+        with self._shutdown_lock:
+            engine, self._engine = self._engine, None
+            if engine is None:
+                return
+            core = getattr(engine, "engine_core", None)
+            start = time.monotonic()
+            try:
+                if core is not None:
+                    try:
+                        core.shutdown(timeout=timeout)
+                    except TypeError:  # vLLM releases whose shutdown() takes no timeout
+                        core.shutdown()
+            except Exception:  # shutting down; nothing the caller can do
+                log.warning("vLLM engine shutdown raised", exc_info=True)
+            finally:
+                reap_processes(self._processes, max(1.0, timeout - (time.monotonic() - start)))
+            log.info("vLLM engine shut down in %.1f s", time.monotonic() - start)
+
+
+def engine_processes(engine: Any) -> list[Any]:
+    """psutil handles of the processes vLLM started for `engine` (engine cores and their workers)."""
+    manager = getattr(
+        getattr(getattr(engine, "engine_core", None), "resources", None), "engine_manager", None
+    )
+    pids = [p.pid for p in getattr(manager, "processes", None) or () if getattr(p, "pid", None)]
+    if not pids:
+        return []
+    try:
+        import psutil  # a vLLM dependency
+    except ImportError:
+        return []
+    found: list[Any] = []
+    for pid in pids:
         try:
-            if core is not None:
-                core.shutdown()
-        except Exception:  # shutting down; nothing the caller can do
-            log.warning("vLLM engine shutdown raised", exc_info=True)
+            proc = psutil.Process(pid)
+            found += [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return found
+
+
+def reap_processes(processes: list[Any], timeout: float) -> None:
+    """Wait up to `timeout` s for `processes` (psutil handles) to end, then kill the rest."""
+    if not processes:
+        return
+    import psutil
+
+    _gone, alive = psutil.wait_procs(processes, timeout=timeout)
+    for proc in alive:
+        log.warning("vLLM process %d did not exit; killing it", proc.pid)
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
 
 
 def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
@@ -271,21 +336,50 @@ def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
     return LLMEngine.from_engine_args(engine_args(model_path, **vllm_options))
 
 
+def resolve_dtype(requested: str | None, source: str, supported: list[str] | None = None) -> str:
+    """The dtype vLLM will run, named explicitly: `requested` unless it is "auto" (or None).
+
+    "auto" follows vLLM's own rule, resolved here so the export can be written in that dtype (one
+    cast, at export) instead of vLLM casting the exported weights again while loading: float32
+    weights run in the platform's preferred dtype, float16/bfloat16 weights in their own dtype when
+    the platform supports it, else in the preferred one. `supported` (preferred first) defaults to
+    vLLM's `current_platform.supported_dtypes`.
+    """
+    if requested and requested != "auto":
+        return str(requested).removeprefix("torch.")
+    if supported is None:
+        from vllm.platforms import current_platform
+
+        supported = [str(d).removeprefix("torch.") for d in current_platform.supported_dtypes]
+    preferred = supported[0]
+    if source == "float32" or source not in supported:
+        if source not in ("float32", preferred):
+            log.warning("this platform does not run %s; the vLLM export is cast to %s", source, preferred)
+        return preferred
+    return source
+
+
 def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) -> VllmTokenBackend:
     """Export `model_dir/llm.pt` (cached), start vLLM on it and return the token backend for `llm`.
 
     `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
+    The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
+    it explicitly, so the weights vLLM loads are already in the dtype it runs.
     """
     import torch
 
-    from studio.tts.vllm_export import export_for_vllm
+    from studio.tts.vllm_export import export_for_vllm, weights_dtype
 
-    export_dir = export_for_vllm(Path(model_dir) / "llm.pt", llm.llm.model.config.to_dict())
-    engine = start_engine(export_dir, **vllm_options)
-    dtype = engine.model_config.dtype if hasattr(engine, "model_config") else torch.float32
+    llm_pt = Path(model_dir) / "llm.pt"
+    requested = vllm_options.get("dtype") or DEFAULT_VLLM_OPTIONS["dtype"]
+    dtype = resolve_dtype(requested, weights_dtype(llm_pt))
+    log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
+    export_dir = export_for_vllm(llm_pt, llm.llm.model.config.to_dict(), dtype=dtype)
+    engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+    run_dtype = engine.model_config.dtype if hasattr(engine, "model_config") else getattr(torch, dtype)
     return VllmTokenBackend(
         engine,
         stop_token_ids=list(llm.stop_token_ids),
         hidden_size=int(llm.llm_input_size),
-        embed_dtype=dtype,
+        embed_dtype=run_dtype,
     )

@@ -72,3 +72,39 @@ def test_plugin_path_names_the_model_class_the_export_declares():
 
     module, name = MODEL_CLASS_PATH.split(":")
     assert getattr(importlib.import_module(module), name).__name__ == ARCHITECTURE
+
+
+def test_export_writes_and_declares_the_run_dtype_and_each_dtype_has_its_own_folder(model_copy, tmp_path):
+    folder, config = model_copy
+    state = torch.load(folder / "llm.pt", weights_only=True)
+    source = str(state["llm.model.model.norm.weight"].dtype).removeprefix("torch.")
+    kept = export_for_vllm(folder / "llm.pt", config, root=tmp_path / "cache")
+    declared = json.loads((kept / "config.json").read_text())
+    assert declared["torch_dtype"] == declared["dtype"] == source
+    assert {str(v.dtype) for v in load_file(kept / "model.safetensors").values()} == {f"torch.{source}"}
+
+    for dtype in ("bfloat16", "float32"):
+        out = export_for_vllm(folder / "llm.pt", config, root=tmp_path / "cache", dtype=dtype)
+        assert out != kept
+        declared = json.loads((out / "config.json").read_text())
+        assert declared["torch_dtype"] == declared["dtype"] == dtype  # what vLLM reads = what is stored
+        weights = load_file(out / "model.safetensors")
+        assert {str(v.dtype) for v in weights.values()} == {f"torch.{dtype}"}
+        expected = state["llm_decoder.weight"].to(getattr(torch, dtype))
+        assert torch.equal(weights["lm_head.weight"], expected)  # one cast from llm.pt, nothing else
+        assert export_for_vllm(folder / "llm.pt", config, root=tmp_path / "cache", dtype=dtype) == out
+    with pytest.raises(VllmExportError, match="unsupported export dtype"):
+        export_for_vllm(folder / "llm.pt", config, root=tmp_path / "cache", dtype="int8")
+
+
+def test_auto_dtype_is_resolved_before_the_export_as_vllm_would():
+    from studio.tts.vllm_llm import resolve_dtype
+
+    gpu = ["bfloat16", "float16", "float32"]
+    assert resolve_dtype("auto", "float32", gpu) == "bfloat16"  # vLLM downcasts float32 weights
+    assert resolve_dtype("auto", "float16", gpu) == "float16"  # kept: no float16 -> bfloat16 cast
+    assert resolve_dtype(None, "bfloat16", gpu) == "bfloat16"
+    assert resolve_dtype("auto", "float16", ["bfloat16", "float32"]) == "bfloat16"  # unsupported here
+    assert resolve_dtype("float32", "float16", gpu) == "float32"  # an explicit choice wins
+    pytest.importorskip("vllm")
+    assert resolve_dtype("auto", "float32") in ("bfloat16", "float16", "float32")  # this platform's

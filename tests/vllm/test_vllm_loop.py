@@ -112,3 +112,37 @@ def test_bad_prompt_shape_is_rejected_before_the_engine():
                     cancel=threading.Event(),
                 )
             )
+
+
+class RecordingCore:
+    def __init__(self):
+        self.shutdowns = []
+
+    def shutdown(self, timeout=None):
+        self.shutdowns.append(timeout)
+
+
+def test_close_shuts_the_engine_core_down_once_even_when_a_step_hangs(monkeypatch):
+    import studio.tts.vllm_llm as vllm_llm
+
+    monkeypatch.setattr(vllm_llm, "STEPPER_JOIN_TIMEOUT_S", 0.5)
+    release = threading.Event()
+
+    class HangingEngine(ScriptedEngine):
+        def step(self):
+            release.wait(30)  # a step that never returns while the backend closes
+            return []
+
+    engine = HangingEngine([1])
+    engine.engine_core = core = RecordingCore()
+    backend = backend_for(engine)
+    stream = generate(backend)
+    waiter = threading.Thread(target=lambda: pytest.raises(VllmBackendError, list, stream), daemon=True)
+    waiter.start()
+    threading.Event().wait(0.2)
+    backend.close(timeout=3.0)
+    assert core.shutdowns == [3.0]  # shut down by close(), with vLLM given the whole teardown budget
+    backend.close()
+    assert core.shutdowns == [3.0]
+    release.set()
+    waiter.join(5)
