@@ -132,6 +132,30 @@ class DenoiseJob:
         return self._done.wait(timeout)
 
 
+#: Audio crosses the pipe in pieces this size: each copy holds the interpreter lock only briefly, so a
+#: GUI thread in the parent never waits on a whole take's pickling (tens of ms for a long take).
+_PIECE_BYTES = 64 * 1024
+
+
+def _send_samples(conn, samples: np.ndarray) -> None:
+    """Send a float32 array as its shape, then raw pieces (no pickled copy of the whole take)."""
+    samples = np.ascontiguousarray(samples, dtype=np.float32)
+    conn.send(samples.shape)
+    raw = memoryview(samples.reshape(-1)).cast("B")
+    for start in range(0, len(raw), _PIECE_BYTES):
+        conn.send_bytes(raw[start : start + _PIECE_BYTES])
+
+
+def _recv_samples(conn) -> np.ndarray:
+    """Receive what `_send_samples` sent, piece by piece, into one preallocated array."""
+    out = np.empty(conn.recv(), dtype=np.float32)
+    raw = memoryview(out.reshape(-1)).cast("B")
+    filled = 0
+    while filled < len(raw):
+        filled += conn.recv_bytes_into(raw[filled:])
+    return out
+
+
 def _child_main(conn, niceness: int) -> None:
     """Entry of the worker process: lower its priority, then denoise jobs until told to stop."""
     if niceness and hasattr(os, "nice"):
@@ -146,12 +170,14 @@ def _child_main(conn, niceness: int) -> None:
             return
         if message is None:
             return
-        job_id, samples, sample_rate, options = message
+        job_id, sample_rate, options = message
+        samples = _recv_samples(conn)
         try:
             result = denoise_samples(
                 samples, sample_rate, progress=lambda f, j=job_id: conn.send(("progress", j, f)), **options
             )
-            conn.send(("done", job_id, result))
+            conn.send(("done", job_id, None))
+            _send_samples(conn, result)
         except Exception as exc:  # sent back to the caller as an error value
             conn.send(("error", job_id, f"{type(exc).__name__}: {exc}"))
 
@@ -170,6 +196,7 @@ class DenoiseWorker:
         self._pending: collections.deque[DenoiseJob] = collections.deque()
         self._wake = threading.Condition()
         self._stopping = False
+        self._start_child = False
         self._process = None
         self._conn = None
         self._thread = threading.Thread(target=self._run, name="denoise-worker", daemon=True)
@@ -199,6 +226,16 @@ class DenoiseWorker:
             self._wake.notify()
         return job
 
+    def prestart(self) -> None:
+        """Start the child process now, on the worker's thread, so the first take does not wait for it.
+
+        Starting a process forks the caller, which holds the interpreter lock for a time that grows
+        with the process's memory; doing it when denoising is switched on keeps that off a take's path.
+        """
+        with self._wake:
+            self._start_child = True
+            self._wake.notify()
+
     @property
     def child_pid(self) -> int | None:
         """Process id of the denoise child while one runs (None before the first job or after a cancel)."""
@@ -226,11 +263,18 @@ class DenoiseWorker:
         try:
             while True:
                 with self._wake:
-                    while not self._pending and not self._stopping:
+                    while not self._pending and not self._stopping and not self._start_child:
                         self._wake.wait()
-                    if not self._pending:
+                    start_child, self._start_child = self._start_child, False
+                    if start_child and not self._stopping:
+                        job = None
+                    elif not self._pending:
                         break
-                    job = self._pending.popleft()
+                    else:
+                        job = self._pending.popleft()
+                if job is None:
+                    self._ensure_child()
+                    continue
                 if job.cancelled:
                     self._finish(job, error=DenoiseCancelled("Denoising was cancelled."))
                     continue
@@ -271,7 +315,8 @@ class DenoiseWorker:
     def _process_job(self, job: DenoiseJob) -> None:
         try:
             self._ensure_child()
-            self._conn.send((job.id, job.samples, job.sample_rate, job.options))
+            self._conn.send((job.id, job.sample_rate, job.options))
+            _send_samples(self._conn, job.samples)
             job.samples = None  # the child has its copy; do not hold the take twice
             while True:
                 if job.cancelled or self._stopping:
@@ -286,8 +331,9 @@ class DenoiseWorker:
                     if job.on_progress is not None:
                         self._safe_call(job.on_progress, payload)
                 elif kind == "done":
+                    result = _recv_samples(self._conn)
                     job.progress = 1.0
-                    self._finish(job, result=payload)
+                    self._finish(job, result=result)
                     return
                 else:
                     self._finish(job, error=AudioError(f"Denoising failed: {payload}"))

@@ -26,11 +26,24 @@ class TakeDenoiser(QObject):
     def pending(self) -> set[str]:
         return set(self._jobs)
 
-    def submit(self, take_id: str, samples: np.ndarray, sample_rate: int) -> None:
+    @property
+    def worker_ready(self) -> bool:
+        """Whether the worker's child process is up (after `prestart` or a first take)."""
+        return self._worker is not None and self._worker.child_pid is not None
+
+    def prestart(self) -> None:
+        """Start the worker and its child now (when denoising is switched on), not on the first take."""
+        self._ensure_worker().prestart()
+
+    def _ensure_worker(self):
         if self._worker is None:
             from studio.audio.denoise import DenoiseWorker
 
             self._worker = DenoiseWorker()
+        return self._worker
+
+    def submit(self, take_id: str, samples: np.ndarray, sample_rate: int) -> None:
+        self._ensure_worker()
 
         def callback(result=None, error=None) -> None:  # runs on the worker's controller thread
             if error is not None:

@@ -291,6 +291,8 @@ class MainWindow(QMainWindow):
     # -- denoise -------------------------------------------------------------------------------------
     def _on_denoise_toggled(self, on: bool) -> None:
         self.update_settings(dataclasses.replace(self.settings, denoise=on))
+        if on:
+            self.denoiser.prestart()
 
     def denoise_take(self, take_id: str) -> None:
         audio, rate = self.store.load_audio(take_id, prefer_denoised=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -125,3 +126,23 @@ def test_worker_reports_bad_input_as_an_error_value(worker):
     )
     assert job.wait(60)
     assert got and "mono" in str(got[0]) and job.result is None
+
+
+def test_prestart_brings_the_child_up_before_any_job():
+    with DenoiseWorker() as worker:
+        _check_prestart(worker)
+
+
+def _check_prestart(worker: DenoiseWorker) -> None:
+    assert worker.child_pid is None
+    worker.prestart()
+    deadline = time.monotonic() + 60
+    while worker.child_pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = worker.child_pid
+    assert pid is not None, "prestart did not start the denoise child"
+    done = threading.Event()
+    speech = synthetic_speech(16000, [(0.1, 0.6)]).astype(np.float32)
+    worker.submit(speech, 16000, lambda result=None, error=None: done.set())
+    assert done.wait(60)
+    assert worker.child_pid == pid  # the job ran in the child that prestart started

@@ -21,6 +21,7 @@ def test_denoise_keeps_the_gui_timer_running_and_delivers_on_the_gui_thread(qtbo
     seconds, rate = 12.0, 24000
     t = np.arange(int(seconds * rate)) / rate
     noisy = 0.3 * np.sin(2 * np.pi * 220 * t) * (t % 1.0 < 0.6) + 0.05 * rng.standard_normal(t.size)
+    samples = noisy.astype(np.float32)  # made before the timer runs: test data, not the GUI's work
     store = TakeStore(tmp_path / "takes")
     take = store.add(noisy.astype(np.float32), rate, text="noisy")
 
@@ -39,6 +40,9 @@ def test_denoise_keeps_the_gui_timer_running_and_delivers_on_the_gui_thread(qtbo
     denoiser = TakeDenoiser()
     denoiser.sig_done.connect(lambda *_: delivered_on.append(threading.current_thread()))
     try:
+        # as in the window: switching denoising on starts the worker's child before any take is denoised
+        denoiser.prestart()
+        qtbot.waitUntil(lambda: denoiser.worker_ready, timeout=60_000)
         timer.start()
         last[0] = time.perf_counter()
         # control: the same timer with nothing else running, to know what this (shared) machine does alone
@@ -46,7 +50,7 @@ def test_denoise_keeps_the_gui_timer_running_and_delivers_on_the_gui_thread(qtbo
         baseline = max(gaps)
         gaps.clear()
         with qtbot.waitSignal(denoiser.sig_done, timeout=120_000) as done:
-            denoiser.submit(take.id, noisy.astype(np.float32), rate)
+            denoiser.submit(take.id, samples, rate)
             assert denoiser.pending == {take.id}
         timer.stop()
     finally:
