@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from studio.atomic_files import atomic_write_bytes
 
 APP_NAME = "cosyvoice-studio"
 SETTINGS_FILE = "settings.json"
@@ -187,14 +188,5 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     path = path or settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(settings.to_dict(), indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, payload.encode("utf-8"))
     return path

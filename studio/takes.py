@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from studio.atomic_files import atomic_path, atomic_write_bytes
 
 SIDECAR_VERSION = 1
 
@@ -51,30 +52,11 @@ class Take:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _atomic_write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> None:
     import soundfile as sf
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".wav", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".wav") as tmp:
         sf.write(tmp, audio, sample_rate, subtype="FLOAT", format="WAV")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _as_mono_float32(audio: np.ndarray) -> np.ndarray:
@@ -143,7 +125,7 @@ class TakeStore:
 
     def _write_sidecar(self, take: Take) -> None:
         payload = json.dumps(take.to_json(), indent=2, ensure_ascii=False).encode()
-        _atomic_write_bytes(self.sidecar_path(take.id), payload)
+        atomic_write_bytes(self.sidecar_path(take.id), payload)
 
     def save_denoised(self, take_id: str, audio: np.ndarray) -> Take:
         """Keep a denoised copy beside the original and mark the take; the original stays untouched."""

@@ -12,7 +12,6 @@ import hashlib
 import logging
 import os
 import secrets
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from studio.atomic_files import atomic_path
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import SPK2INFO_FILE, load_model_folder, load_spk2info
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
@@ -151,15 +151,8 @@ class CosyVoice2:
     def save_spkinfo(self) -> Path:
         """Write the saved voices to the user data folder (the model folder may be read-only)."""
         self.voices_file.parent.mkdir(parents=True, exist_ok=True)
-        # A unique temporary name per writer, so two processes saving at once never mix their bytes.
-        fd, tmp = tempfile.mkstemp(prefix=".spk2info-", suffix=".tmp", dir=self.voices_file.parent)
-        try:
-            with os.fdopen(fd, "wb") as out, self._voices_lock:
-                torch.save(self.spk2info, out)
-            os.replace(tmp, self.voices_file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with self._voices_lock, atomic_path(self.voices_file) as tmp:
+            torch.save(self.spk2info, tmp)
         return self.voices_file
 
     # -- upstream-compatible entry points ------------------------------------------------------------
