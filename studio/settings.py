@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from studio.atomic_files import atomic_write_bytes
+from studio.user_dirs import user_dir
 
-APP_NAME = "cosyvoice-studio"
 SETTINGS_FILE = "settings.json"
 BACKENDS = ("pytorch", "vllm")
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -36,26 +35,14 @@ class SettingsWarning(UserWarning):
 
 def config_dir() -> Path:
     """The folder holding settings.json (``$STUDIO_CONFIG_DIR`` overrides the platform default)."""
-    override = os.environ.get("STUDIO_CONFIG_DIR")
-    if override:
-        path = Path(override).expanduser()
-    else:
-        import platformdirs
-
-        path = Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    path = user_dir("STUDIO_CONFIG_DIR", "user_config_dir")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def data_dir() -> Path:
     """The folder for takes, saved voices and logs (``$STUDIO_DATA_DIR`` overrides the default)."""
-    override = os.environ.get("STUDIO_DATA_DIR")
-    if override:
-        path = Path(override).expanduser()
-    else:
-        import platformdirs
-
-        path = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path = user_dir("STUDIO_DATA_DIR", "user_data_dir")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

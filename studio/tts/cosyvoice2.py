@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import threading
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import SPK2INFO_FILE, load_model_folder, load_spk2info
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
+from studio.user_dirs import user_dir
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
 
@@ -37,13 +37,8 @@ END_OF_PROMPT = "<|endofprompt|>"
 
 def voices_dir(model_dir: Path) -> Path:
     """Where this model folder's saved voices go: ``$STUDIO_DATA_DIR`` or the user data dir, per folder."""
-    base = os.environ.get("STUDIO_DATA_DIR")
-    if not base:
-        import platformdirs
-
-        base = platformdirs.user_data_dir("cosyvoice-studio", appauthor=False)
     key = hashlib.sha1(str(model_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(base).expanduser() / "voices" / f"{model_dir.name}-{key}"
+    return user_dir("STUDIO_DATA_DIR", "user_data_dir") / "voices" / f"{model_dir.name}-{key}"
 
 
 def _vllm_factory():

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from studio.tts.vllm_plugin import ARCHITECTURE
+from studio.user_dirs import user_dir
 
 EXPORTER_VERSION = 3  # bump whenever the exported files change (3: weights cast to the run dtype)
-APP_NAME = "cosyvoice-studio"
 WEIGHTS_FILE = "model.safetensors"
 STAMP_FILE = "studio-export.json"
 # Keys of the official llm.pt (Qwen2LM state dict).
@@ -37,12 +37,7 @@ class VllmExportError(RuntimeError):
 
 def cache_root() -> Path:
     """Studio cache folder: ``$STUDIO_CACHE_DIR`` or platformdirs' user cache dir."""
-    override = os.environ.get("STUDIO_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    return user_dir("STUDIO_CACHE_DIR", "user_cache_dir")
 
 
 def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:
