@@ -130,17 +130,19 @@ def test_a_hit_never_writes_into_the_cached_tensors(modules):  # noqa: F811
     cache = PromptFlowCache(LOTS)
     IncrementalFlow(flow, **inputs, cache=cache).mel(tokens[:10], finalize=False)
     (snap,) = cache._entries.values()
-    before = [t.clone() for store in (snap.token_store, *snap.step_stores) for t in _tensors(store)]
+    before = [t.clone() for t in _snapshot_tensors(snap)]
     user = IncrementalFlow(flow, **inputs, cache=cache)
     for end in (28, 53, 60):
         user.mel(tokens[:end], finalize=end == 60)
-    after = [t for store in (snap.token_store, *snap.step_stores) for t in _tensors(store)]
+    after = list(_snapshot_tensors(snap))
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-def _tensors(store: dict):
-    for value in store.values():
-        yield from (value.k, value.v) if hasattr(value, "k") else (value,)
+def _snapshot_tensors(snap):
+    for store in (snap.token_store, snap.encoder_store):
+        for value in store.values():
+            yield from (value.k, value.v) if hasattr(value, "k") else (value,)
+    yield from (snap.estimator.kv, snap.estimator.tails)
 
 
 def test_lru_evicts_by_bytes(modules):  # noqa: F811

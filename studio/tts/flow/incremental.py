@@ -10,7 +10,9 @@ its values never change; `IncrementalFlow` keeps, per request, what later frames
 - encoder: per-layer attention keys/values of the committed tokens (both Conformer stacks) and the
   upsampling convolution's left context; the pre-lookahead convolutions are recomputed from token ids;
 - estimator: for each Euler step, the keys/values of every transformer block (CFG rows batched) and the
-  last ``kernel - 1`` input frames of every causal convolution.
+  last ``kernel - 1`` input frames of every causal convolution, in one `EstimatorState`; the Euler solve
+  itself runs in the flow's `EstimatorSolver` (tts/flow/solver.py), batched with concurrent takes' chunks
+  and replayed as CUDA graphs on a GPU.
 
 Results equal the full-prefix re-run (`CausalMaskedDiffWithXvec.inference`) up to float rounding. The cache
 is committed only up to the last complete chunk, so any hop schedule stays exact (an unaligned tail is
@@ -29,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from studio.tts.flow.encoder import UpsampleConformerEncoder
-from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
-from studio.tts.flow.masks import mask_to_bias
+from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
+from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for
 
 
 class KVBuffer:
@@ -97,10 +99,6 @@ class _Window:
             at = (self.mark - self.start) * scale
             self.store[("mark", owner)] = full[:, :, at : at + left].clone()
         return full
-
-
-def _causal_conv(window: _Window, conv: CausalConv1d, x: torch.Tensor) -> torch.Tensor:
-    return F.conv1d(window.causal(x, conv, conv.causal_padding), conv.weight, conv.bias)
 
 
 def _finish_kv(window: _Window, buffer: KVBuffer) -> None:
@@ -193,67 +191,6 @@ def _encode(
     return encoder.after_norm(xs)
 
 
-# -- estimator -------------------------------------------------------------------------------------------
-def _block(window: _Window, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """CausalBlock1D (its masks are all ones when streaming one utterance)."""
-    for module in block.block:
-        x = _causal_conv(window, module, x) if isinstance(module, CausalConv1d) else module(x)
-    return x
-
-
-def _resnet(window: _Window, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    h = _block(window, resnet.block1, x) + resnet.mlp(t).unsqueeze(-1)
-    return _block(window, resnet.block2, h) + resnet.res_conv(x)
-
-
-def _attend(window: _Window, blocks: nn.ModuleList, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    x = x.transpose(1, 2)
-    for block in blocks:
-        attn = block.attn1
-        h = block.norm1(x)
-        b, n, _ = h.shape
-        q, k, v = (
-            proj(h).view(b, n, attn.heads, -1).transpose(1, 2) for proj in (attn.to_q, attn.to_k, attn.to_v)
-        )
-        buffer = window.kv(attn)
-        k_all, v_all = buffer.extend(k, v, window.start)
-        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=bias)
-        x = x + attn.to_out[0](out.transpose(1, 2).reshape(b, n, -1))
-        _finish_kv(window, buffer)
-        x = x + block.ff(block.norm3(x))
-    return x.transpose(1, 2)
-
-
-def estimate(
-    estimator: CausalConditionalDecoder,
-    window: _Window,
-    bias: torch.Tensor,
-    x: torch.Tensor,
-    mu: torch.Tensor,
-    t: torch.Tensor,
-    spks: torch.Tensor,
-    cond: torch.Tensor,
-) -> torch.Tensor:
-    """The estimator's streaming forward for the window's frames (x, mu, cond [B, 80, n]) over cached context.
-
-    `bias` [1, 1, n, end] is the additive chunk mask (`mask_to_bias`), the same for every Euler step.
-    """
-    t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
-    x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
-    hiddens = []
-    for resnet, blocks, down in estimator.down_blocks:
-        x = _attend(window, blocks, _resnet(window, resnet, x, t), bias)
-        hiddens.append(x)
-        x = _causal_conv(window, down, x)
-    for resnet, blocks in estimator.mid_blocks:
-        x = _attend(window, blocks, _resnet(window, resnet, x, t), bias)
-    for resnet, blocks, up in estimator.up_blocks:
-        x = torch.cat([x, hiddens.pop()], dim=1)
-        x = _attend(window, blocks, _resnet(window, resnet, x, t), bias)
-        x = _causal_conv(window, up, x)
-    return estimator.final_proj(_block(window, estimator.final_block, x))
-
-
 # -- the request's state -----------------------------------------------------------------------------------
 class IncrementalFlow:
     """One streaming request's flow caches; `mel(tokens, finalize)` returns only the frames not yet cached."""
@@ -296,7 +233,7 @@ class IncrementalFlow:
         self.committed: list[int] = []  # token ids (prompt first) whose frames are cached
         self.encoder_store: dict = {}
         self.token_store: dict = {}
-        self.step_stores: list[dict] = []
+        self.estimator_state = EstimatorState()
         self.valid = True
 
     def prompt_boundary(self) -> int:
@@ -372,32 +309,9 @@ class IncrementalFlow:
         return mel, frame0
 
     def _sample(self, mu, spks, cond, frame0: int, commit: int, n_timesteps: int, mark) -> torch.Tensor:
-        """`CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only."""
-        cfm = self.flow.decoder
-        frames = mu.shape[2]
-        if frame0 + frames > cfm.rand_noise.shape[2]:
-            raise ValueError(
-                f"flow input of {frame0 + frames} mel frames is longer than the fixed noise buffer"
-            )
-        x = cfm.rand_noise[:, :, frame0 : frame0 + frames].to(device=mu.device, dtype=mu.dtype)
-        t_span = cfm.time_span(n_timesteps, mu)
-        t, dt = t_span[0].unsqueeze(0), t_span[1] - t_span[0]
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        spks_in = torch.cat([spks.to(mu.dtype), torch.zeros_like(spks, dtype=mu.dtype)], dim=0)
-        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
-        rate = cfm.inference_cfg_rate
-        while len(self.step_stores) < n_timesteps:
-            self.step_stores.append({})
-        visible = _Window(frame0, frame0 + frames, commit, {}).visible(
-            cfm.estimator.static_chunk_size, mu.device
+        """`CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only,
+        batched with other takes' chunks by the flow's `EstimatorSolver`."""
+        request = SolveRequest(
+            self.estimator_state, mu, spks.to(mu.dtype), cond, frame0, commit, mark, n_timesteps
         )
-        bias = mask_to_bias(visible, mu.dtype)[None, None]
-        for step in range(1, len(t_span)):
-            window = _Window(frame0, frame0 + frames, commit, self.step_stores[step - 1], mark)
-            x_in = torch.cat([x, x], dim=0)
-            velocity = estimate(cfm.estimator, window, bias, x_in, mu_in, t.expand(2), spks_in, cond_in)
-            x = x + dt * ((1.0 + rate) * velocity[:1] - rate * velocity[1:])
-            t = t + dt
-            if step < len(t_span) - 1:
-                dt = t_span[step + 1] - t
-        return x
+        return solver_for(self.flow.decoder).solve(request)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from studio.tts.flow.incremental import IncrementalFlow, KVBuffer
+from studio.tts.flow.solver import EstimatorState
 
 ENV_BUDGET = "STUDIO_PROMPT_CACHE_MB"
 DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
@@ -38,7 +39,7 @@ class PromptSnapshot:
     committed: tuple[int, ...]
     token_store: dict
     encoder_store: dict
-    step_stores: tuple[dict, ...]
+    estimator: EstimatorState  # K/V rows [0, 2 * boundary) and the conv tails there
     nbytes: int
 
 
@@ -88,15 +89,24 @@ def _thaw(store: dict) -> dict:
     }
 
 
+def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
+    """The estimator state at its mark: K/V rows [0, rows) and the tails kept at the mark (taken from it)."""
+    if state.mark_tails is None or max(state.length, state.written) < rows:
+        raise RuntimeError("prompt cache: the estimator state was not kept at the prompt boundary")
+    kv = state.kv[:, :, :, :, :, :rows].clone() if rows else None
+    frozen = EstimatorState(kv=kv, length=rows, written=rows, tails=state.mark_tails)
+    state.mark_tails = None
+    return frozen
+
+
 def snapshot(flow: IncrementalFlow, boundary: int) -> PromptSnapshot:
     """Freeze `flow`'s state after `boundary` tokens: its last call ran with ``mark == boundary``."""
     ratio = flow.flow.token_mel_ratio
     token_store, a = _freeze(flow.token_store, boundary)
     encoder_store, b = _freeze(flow.encoder_store, boundary * ratio)
-    steps = [_freeze(store, boundary * ratio) for store in flow.step_stores]
-    nbytes = a + b + sum(n for _, n in steps)
+    estimator = _freeze_estimator(flow.estimator_state, boundary * ratio)
     committed = tuple(flow.prompt_ids[:boundary])
-    return PromptSnapshot(committed, token_store, encoder_store, tuple(s for s, _ in steps), nbytes)
+    return PromptSnapshot(committed, token_store, encoder_store, estimator, a + b + estimator.nbytes)
 
 
 def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
@@ -104,7 +114,10 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
     flow.committed = list(snap.committed)
     flow.token_store = _thaw(snap.token_store)
     flow.encoder_store = _thaw(snap.encoder_store)
-    flow.step_stores = [_thaw(store) for store in snap.step_stores]
+    cached = snap.estimator  # read in place; copied on the first write (`EstimatorState.reserve`)
+    flow.estimator_state = EstimatorState(
+        kv=cached.kv, length=cached.length, written=cached.length, tails=cached.tails, shared=True
+    )
     flow.valid = True
 
 
@@ -221,14 +234,17 @@ class PromptFlowCache:
         if not flow.valid or not any(isinstance(k, tuple) and k[0] == "mark" for k in flow.token_store):
             return False  # the call failed or never reached the mark: nothing consistent to keep
         boundary = flow.prompt_boundary()
-        stores = [(flow.token_store, boundary)]
-        stores += [
-            (store, boundary * flow.flow.token_mel_ratio) for store in (flow.encoder_store, *flow.step_stores)
-        ]
-        if sum(_frozen_bytes(store, rows) for store, rows in stores) > self.max_bytes:
+        rows = boundary * flow.flow.token_mel_ratio
+        stores = [(flow.token_store, boundary), (flow.encoder_store, rows)]
+        estimator = flow.estimator_state
+        estimator_bytes = sum(t.nbytes for t in (estimator.mark_tails,) if t is not None)
+        if estimator.kv is not None:
+            estimator_bytes += estimator.kv[:, :, :, :, :, :rows].nbytes
+        if sum(_frozen_bytes(store, rows) for store, rows in stores) + estimator_bytes > self.max_bytes:
             for store, _ in stores:  # too big to keep: don't copy it, and drop the request's marked tails
                 for mark in [k for k in store if isinstance(k, tuple) and k[0] == "mark"]:
                     del store[mark]
+            estimator.mark_tails = None
             with self._lock:
                 self.rejected += 1
             return False

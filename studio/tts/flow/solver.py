@@ -1,0 +1,574 @@
+"""The streaming flow's Euler solve, batched across concurrent takes and replayed as CUDA graphs.
+
+Every streamed chunk of every take needs the same work: `n_timesteps` Euler steps of the estimator over
+the chunk's new frames, each step attending to that take's cached keys/values. On a GPU that work is a
+few thousand tiny kernels, so it is bound by launches, not arithmetic: running the chunks of sixteen takes
+one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver` therefore
+
+- keeps each take's estimator state in one tensor (`EstimatorState`: keys/values of every transformer
+  block at every Euler step, plus the causal convolutions' left context), so moving it is one copy;
+- lets concurrent takes combine: whoever finds the solver idle runs every request queued at that moment
+  as one batch (no waiting, so a lone take is never delayed), the others wait for their results;
+- copies the batch's states into a shared work arena, runs one solve over all rows with static shapes
+  (frames padded to a bucket and masked out, per-row positions as tensors), and copies the new committed
+  rows back;
+- on CUDA, captures that solve once per (batch, frames, context) bucket as a CUDA graph and replays it.
+
+Padding is exact: the estimator's convolutions are causal, its norms work per frame, and the attention
+bias hides every key at or beyond a row's last real frame, so real frames never see padded ones.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
+from studio.tts.flow.masks import mask_to_bias
+
+ENV_BATCH_MB = "STUDIO_FLOW_BATCH_MB"
+ENV_MAX_BATCH = "STUDIO_FLOW_MAX_BATCH"
+
+
+class Layout:
+    """Where each transformer block's keys/values and each causal conv's left context sit in a state."""
+
+    def __init__(self, estimator: CausalConditionalDecoder):
+        blocks = [
+            b
+            for level in (*estimator.down_blocks, *estimator.mid_blocks, *estimator.up_blocks)
+            for b in level[1]
+        ]
+        self.attention = {block.attn1: i for i, block in enumerate(blocks)}
+        first = blocks[0].attn1
+        self.heads = first.heads
+        self.head_dim = first.to_q.out_features // first.heads
+        convs = [m for m in estimator.modules() if isinstance(m, CausalConv1d)]
+        lefts = {conv.causal_padding for conv in convs}
+        if len(lefts) != 1:
+            raise ValueError(f"the estimator's causal convolutions need one kernel size, got {sorted(lefts)}")
+        self.left = lefts.pop()
+        self.conv: dict[nn.Module, tuple[int, int]] = {}
+        offset = 0
+        for conv in convs:
+            self.conv[conv] = (offset, offset + conv.in_channels)
+            offset += conv.in_channels
+        self.conv_channels = offset
+
+    def kv_shape(self, steps: int, rows: int, frames: int) -> tuple[int, ...]:
+        """[steps, blocks, k/v, rows, heads, frames, head_dim]"""
+        return (steps, len(self.attention), 2, rows, self.heads, frames, self.head_dim)
+
+    def tail_shape(self, steps: int, rows: int) -> tuple[int, ...]:
+        return (steps, rows, self.conv_channels, self.left)
+
+    def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype) -> int:
+        return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass
+class EstimatorState:
+    """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
+
+    Tails are float32 whatever the compute dtype (they may hold float32 activations under autocast). A
+    `shared` state (tensors owned by the prompt cache) is copied before its first write.
+    """
+
+    kv: torch.Tensor | None = None  # [steps, blocks, 2, 2, heads, capacity, head_dim]
+    length: int = 0
+    written: int = 0  # rows of `kv` holding computed values (>= length when a mark lay past the commit)
+    tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
+    mark_tails: torch.Tensor | None = None  # tails at the request's mark (prompt cache), when it had one
+    shared: bool = False
+
+    def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
+        """A private `kv` with room for `end` rows (x1.5 growth), keeping rows [0, length)."""
+        kv = self.kv
+        if kv is None or self.shared or kv.shape[5] < end or kv.dtype != like.dtype:
+            previous = 0 if kv is None else kv.shape[5]
+            capacity = max(end, previous + previous // 2, 64)
+            grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
+            if kv is not None and self.length:
+                grown[:, :, :, :, :, : self.length] = kv[:, :, :, :, :, : self.length]
+            self.kv, self.shared = grown, False
+        return self.kv
+
+    @property
+    def nbytes(self) -> int:
+        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.length].nbytes
+        return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
+
+
+@dataclass
+class SolveRequest:
+    """One take's chunk: its new frames' mu/cond [1, 80, n] (compute dtype), spks [1, 80], absolute frames."""
+
+    state: EstimatorState
+    mu: torch.Tensor
+    spks: torch.Tensor
+    cond: torch.Tensor
+    frame0: int
+    commit: int
+    mark: int | None
+    steps: int
+    result: torch.Tensor | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+    @property
+    def frames(self) -> int:
+        return self.mu.shape[2]
+
+
+# -- the static-shape solve ------------------------------------------------------------------------------
+@dataclass
+class _Inputs:
+    """Per-batch inputs of `_solve`, all tensors so a captured graph reads them by address."""
+
+    x0: torch.Tensor  # [B, 80, n] noise
+    mu: torch.Tensor  # [B, 80, n]
+    cond: torch.Tensor  # [B, 80, n]
+    spks: torch.Tensor  # [B, 80]
+    bias: torch.Tensor  # [2B, 1, n, cap] additive attention bias
+    write: torch.Tensor  # [2B, n] int64: absolute frame of each query (where its K/V row goes)
+    keep: torch.Tensor  # [2B, left] int64: conv-tail columns to keep (the commit point)
+    mark: torch.Tensor  # [2B, left] int64: conv-tail columns at the mark
+    t: torch.Tensor  # [steps] time at each Euler step
+    dt: torch.Tensor  # [steps] its step size
+
+
+@dataclass
+class _Arena:
+    kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]
+    tails: torch.Tensor  # [steps, 2B, channels, left] float32
+    mark_tails: torch.Tensor
+
+
+def _conv(layout: Layout, tails, mark_tails, io: _Inputs, conv: CausalConv1d, x: torch.Tensor):
+    c0, c1 = layout.conv[conv]
+    full = torch.cat([tails[:, c0:c1].to(x.dtype), x], dim=2)
+    out = F.conv1d(full, conv.weight, conv.bias)
+    channels = c1 - c0
+    tails[:, c0:c1] = full.gather(2, io.keep[:, None, :].expand(-1, channels, -1))
+    mark_tails[:, c0:c1] = full.gather(2, io.mark[:, None, :].expand(-1, channels, -1))
+    return out
+
+
+def _block(ctx, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """CausalBlock1D (its masks are all ones when streaming)."""
+    for module in block.block:
+        x = _conv(*ctx, module, x) if isinstance(module, CausalConv1d) else module(x)
+    return x
+
+
+def _resnet(ctx, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    h = _block(ctx, resnet.block1, x) + resnet.mlp(t).unsqueeze(-1)
+    return _block(ctx, resnet.block2, h) + resnet.res_conv(x)
+
+
+def _attend(layout: Layout, kv: torch.Tensor, io: _Inputs, blocks: nn.ModuleList, x: torch.Tensor):
+    x = x.transpose(1, 2)
+    rows, n, _ = x.shape
+    where = io.write[:, None, :, None].expand(-1, layout.heads, -1, layout.head_dim)
+    for block in blocks:
+        attn = block.attn1
+        h = block.norm1(x)
+        q, k, v = (
+            proj(h).view(rows, n, attn.heads, -1).transpose(1, 2)
+            for proj in (attn.to_q, attn.to_k, attn.to_v)
+        )
+        cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]
+        cache[0].scatter_(2, where, k.to(cache.dtype))
+        cache[1].scatter_(2, where, v.to(cache.dtype))
+        out = F.scaled_dot_product_attention(q, cache[0].to(q.dtype), cache[1].to(q.dtype), attn_mask=io.bias)
+        x = x + attn.to_out[0](out.transpose(1, 2).reshape(rows, n, -1))
+        x = x + block.ff(block.norm3(x))
+    return x.transpose(1, 2)
+
+
+def _estimate(estimator, layout: Layout, arena: _Arena, step: int, io: _Inputs, x, mu, t, spks, cond):
+    """The estimator's streaming forward for one Euler step over the batch's new frames."""
+    kv = arena.kv[step]
+    ctx = (layout, arena.tails[step], arena.mark_tails[step], io)
+    t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
+    x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
+    hiddens = []
+    for resnet, blocks, down in estimator.down_blocks:
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        hiddens.append(x)
+        x = _conv(*ctx, down, x)
+    for resnet, blocks in estimator.mid_blocks:
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+    for resnet, blocks, up in estimator.up_blocks:
+        x = torch.cat([x, hiddens.pop()], dim=1)
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        x = _conv(*ctx, up, x)
+    return estimator.final_proj(_block(ctx, estimator.final_block, x))
+
+
+def _interleave(conditional: torch.Tensor) -> torch.Tensor:
+    """[B, ...] -> [2B, ...]: each row followed by its unconditional (zero) twin."""
+    return torch.stack([conditional, torch.zeros_like(conditional)], dim=1).flatten(0, 1)
+
+
+def _solve(estimator, layout: Layout, rate: float, arena: _Arena, io: _Inputs) -> torch.Tensor:
+    """Euler steps with classifier-free guidance for every row; writes K/V and tails into the arena."""
+    x = io.x0
+    batch = x.shape[0]
+    mu, spks, cond = _interleave(io.mu), _interleave(io.spks), _interleave(io.cond)
+    for step in range(io.t.shape[0]):
+        t = io.t[step].expand(2 * batch)
+        velocity = _estimate(
+            estimator, layout, arena, step, io, x.repeat_interleave(2, dim=0), mu, t, spks, cond
+        )
+        velocity = velocity.view(batch, 2, *velocity.shape[1:])
+        x = x + io.dt[step] * ((1.0 + rate) * velocity[:, 0] - rate * velocity[:, 1])
+    return x
+
+
+def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """t and dt per Euler step, accumulated exactly as `CausalConditionalCFM.solve_euler` does."""
+    t_span = cfm.time_span(steps, like)
+    t, dt = t_span[0], t_span[1] - t_span[0]
+    ts, dts = [], []
+    for step in range(1, steps + 1):
+        ts.append(t)
+        dts.append(dt)
+        t = t + dt
+        if step < steps:
+            dt = t_span[step + 1] - t
+    return torch.stack(ts), torch.stack(dts)
+
+
+# -- batching and graphs ---------------------------------------------------------------------------------
+def _bucket_frames(frames: int) -> int:
+    return 32 * math.ceil(frames / 32) if frames <= 128 else 128 * math.ceil(frames / 128)
+
+
+def _bucket_batch(size: int) -> int:
+    return 1 << (size - 1).bit_length()
+
+
+def _env_number(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {value!r}") from exc
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    io: _Inputs
+    output: torch.Tensor
+
+
+@dataclass
+class _Batch:
+    requests: list[SolveRequest]
+    rows: int  # padded batch size
+    frames: int  # padded frames per row
+    cap: int  # key/value rows the solve may touch
+    dtype: torch.dtype
+    steps: int
+    key: tuple = field(default=())
+
+
+class EstimatorSolver:
+    """Runs `SolveRequest`s of concurrent takes in batches (flat combining), with CUDA graphs on CUDA.
+
+    `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 16); the work arena's
+    key/value storage is kept under `budget_bytes` (``$STUDIO_FLOW_BATCH_MB``; default a fifth of the GPU's
+    memory, 1 GB on CPU) by splitting batches; a single request larger than that runs on a temporary arena.
+    """
+
+    def __init__(
+        self, cfm: nn.Module, graphs: bool, max_batch: int | None = None, budget_bytes: int | None = None
+    ):
+        self.cfm = cfm
+        self.estimator = cfm.estimator
+        self.layout = Layout(self.estimator)
+        self.graphs = graphs
+        self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
+        self.max_batch = int(max_batch or _env_number(ENV_MAX_BATCH, 16))
+        if self.max_batch < 1:
+            raise ValueError(f"{ENV_MAX_BATCH} must be at least 1")
+        self.budget_bytes = budget_bytes
+        self._queue: list[SolveRequest] = []
+        self._busy = False
+        self._condition = threading.Condition()
+        self._arena: _Arena | None = None
+        self._captured: dict[tuple, _Captured] = {}
+        self._pool = None
+        self._fingerprint: tuple | None = None
+        self.batches = 0  # solves run, and requests served (batching shows as requests > batches)
+        self.requests = 0
+
+    # -- the combining queue --------------------------------------------------------------------------
+    def solve(self, request: SolveRequest) -> torch.Tensor:
+        """The new frames' mel [1, 80, n] (compute dtype); `request.state` now holds the committed rows."""
+        with self._condition:
+            self._queue.append(request)
+            while not request.done and self._busy:
+                self._condition.wait()
+            if request.done:
+                return self._outcome(request)
+            self._busy = True
+            batch, self._queue = self._queue, []
+        try:
+            self._run_all(batch)
+        except BaseException as exc:  # noqa: BLE001 - no waiting take may be left without an answer
+            for waiting in batch:
+                if not waiting.done:
+                    waiting.error, waiting.done = exc, True
+            raise
+        finally:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()
+        return self._outcome(request)
+
+    @staticmethod
+    def _outcome(request: SolveRequest) -> torch.Tensor:
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _run_all(self, requests: list[SolveRequest]) -> None:
+        groups: dict[tuple, list[SolveRequest]] = {}
+        for request in requests:
+            groups.setdefault((request.mu.dtype, request.steps), []).append(request)
+        for group in groups.values():
+            while group:
+                batch = self._plan(group)
+                del group[: len(batch.requests)]
+                try:
+                    self._run(batch)
+                except BaseException as exc:  # noqa: BLE001 - each waiting take gets the error
+                    for request in batch.requests:
+                        request.error = exc
+                finally:
+                    for request in batch.requests:
+                        request.done = True
+
+    def _budget(self, device: torch.device) -> int:
+        if self.budget_bytes is not None:
+            return self.budget_bytes
+        if device.type == "cuda":
+            default = torch.cuda.get_device_properties(device).total_memory / 5 / 2**20
+        else:
+            default = 1024
+        self.budget_bytes = int(_env_number(ENV_BATCH_MB, default) * 2**20)
+        return self.budget_bytes
+
+    def _plan(self, group: list[SolveRequest]) -> _Batch:
+        """The largest batch from the head of `group` whose arena fits the budget (at least one request)."""
+        first = group[0]
+        budget = self._budget(first.mu.device)
+        count = min(len(group), self.max_batch)
+        while True:
+            chosen = group[:count]
+            frames = max(r.frames for r in chosen)
+            cap = max(r.frame0 for r in chosen) + frames
+            rows = count
+            if self.buckets:  # shapes a captured graph can be replayed for
+                frames = _bucket_frames(frames)
+                cap = 256 * math.ceil((max(r.frame0 for r in chosen) + frames) / 256)
+                rows = _bucket_batch(count)
+            size = cap * self.layout.bytes_per_frame(first.steps, 2 * rows, first.mu.dtype)
+            if size <= budget or count == 1:
+                return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps)
+            count = max(1, count // 2)
+
+    # -- one batch ------------------------------------------------------------------------------------
+    def _run(self, batch: _Batch) -> None:
+        device = batch.requests[0].mu.device
+        layout = self.layout
+        oversize = batch.cap * layout.bytes_per_frame(
+            batch.steps, 2 * batch.rows, batch.dtype
+        ) > self._budget(device)
+        arena = self._temporary_arena(batch, device) if oversize else self._arena_for(batch, device)
+        io = self._inputs(batch, device)
+        use_graph = self.graphs and device.type == "cuda" and not oversize
+        if use_graph:
+            output = self._replay(batch, arena, io)
+        else:
+            self._copy_in(batch, arena)
+            output = _solve(self.estimator, layout, self.cfm.inference_cfg_rate, arena, io)
+        self._copy_out(batch, arena, output)
+        self.batches += 1
+        self.requests += len(batch.requests)
+
+    def _arena_for(self, batch: _Batch, device: torch.device) -> _Arena:
+        arena = self._arena
+        rows = 2 * batch.rows
+        if (
+            arena is None
+            or arena.kv.device != device
+            or arena.kv.dtype != batch.dtype
+            or arena.kv.shape[0] != batch.steps
+            or arena.kv.shape[3] < rows
+            or arena.kv.shape[5] < batch.cap
+        ):
+            if arena is not None and arena.kv.dtype == batch.dtype and arena.kv.shape[0] == batch.steps:
+                rows = max(rows, arena.kv.shape[3])
+                cap = max(batch.cap, arena.kv.shape[5])
+            else:
+                cap = batch.cap
+            self._arena = None
+            self._captured.clear()  # the old arena's graphs die with it
+            arena = self._arena = _Arena(
+                torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
+                torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+                torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+            )
+        rows = 2 * batch.rows
+        return _Arena(
+            arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows], arena.mark_tails[:, :rows]
+        )
+
+    def _temporary_arena(self, batch: _Batch, device: torch.device) -> _Arena:
+        rows = 2 * batch.rows
+        return _Arena(
+            torch.zeros(self.layout.kv_shape(batch.steps, rows, batch.cap), dtype=batch.dtype, device=device),
+            torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+            torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+        )
+
+    def _inputs(self, batch: _Batch, device: torch.device) -> _Inputs:
+        """The batch's inputs, padded to its bucket (padded rows: no frames, nothing visible but themselves)."""
+        rows, n, dtype = batch.rows, batch.frames, batch.dtype
+        x0 = torch.zeros(rows, 80, n, device=device, dtype=dtype)
+        mu, cond = torch.zeros_like(x0), torch.zeros_like(x0)
+        spks = torch.zeros(rows, 80, device=device, dtype=dtype)
+        start = torch.zeros(rows, dtype=torch.int64)
+        end = torch.zeros(rows, dtype=torch.int64)
+        keep = torch.zeros(rows, dtype=torch.int64)
+        mark = torch.zeros(rows, dtype=torch.int64)
+        noise = self.cfm.rand_noise
+        for b, request in enumerate(batch.requests):
+            frames = request.frames
+            if request.frame0 + frames > noise.shape[2]:
+                raise ValueError(
+                    f"flow input of {request.frame0 + frames} mel frames is longer than the fixed noise buffer"
+                )
+            x0[b, :, :frames] = noise[0, :, request.frame0 : request.frame0 + frames].to(
+                device=device, dtype=dtype
+            )
+            mu[b, :, :frames] = request.mu[0]
+            cond[b, :, :frames] = request.cond[0]
+            spks[b] = request.spks[0].to(dtype)
+            start[b], end[b] = request.frame0, request.frame0 + frames
+            keep[b] = request.commit - request.frame0
+            mark[b] = keep[b] if request.mark is None else request.mark - request.frame0
+        queries = start[:, None] + torch.arange(n)  # [rows, n] absolute frames
+        chunk = self.estimator.static_chunk_size
+        chunk_end = (torch.div(queries, chunk, rounding_mode="trunc") + 1) * chunk
+        limit = torch.minimum(chunk_end, torch.maximum(end[:, None], queries + 1))
+        visible = torch.arange(batch.cap) < limit[:, :, None]  # [rows, n, cap]
+        bias = mask_to_bias(visible, dtype)[:, None].repeat_interleave(2, dim=0)
+        left = torch.arange(self.layout.left)
+        t, dt = euler_times(self.cfm, batch.steps, x0)
+        return _Inputs(
+            x0,
+            mu,
+            cond,
+            spks,
+            bias.to(device),
+            queries.repeat_interleave(2, dim=0).to(device),
+            (keep[:, None] + left).repeat_interleave(2, dim=0).to(device),
+            (mark[:, None] + left).repeat_interleave(2, dim=0).to(device),
+            t,
+            dt,
+        )
+
+    def _copy_in(self, batch: _Batch, arena: _Arena) -> None:
+        for b, request in enumerate(batch.requests):
+            state, rows = request.state, slice(2 * b, 2 * b + 2)
+            if state.length != request.frame0:
+                raise RuntimeError(
+                    f"estimator state holds {state.length} frames, the chunk starts at {request.frame0}"
+                )
+            if state.length:
+                arena.kv[:, :, :, rows, :, : state.length] = state.kv[:, :, :, :, :, : state.length]
+            if state.tails is None:
+                arena.tails[:, rows] = 0
+            else:
+                arena.tails[:, rows] = state.tails
+
+    def _copy_out(self, batch: _Batch, arena: _Arena, output: torch.Tensor) -> None:
+        for b, request in enumerate(batch.requests):
+            state, rows = request.state, slice(2 * b, 2 * b + 2)
+            start, commit = request.frame0, request.commit
+            upto = max(commit, request.mark or 0)  # rows up to a mark are kept too (prompt cache)
+            if upto > start:
+                kv = state.reserve(upto, arena.kv[:, :, :, rows])
+                kv[:, :, :, :, :, start:upto] = arena.kv[:, :, :, rows, :, start:upto]
+            state.length, state.written = commit, upto
+            state.tails = arena.tails[:, rows].clone()
+            state.mark_tails = None if request.mark is None else arena.mark_tails[:, rows].clone()
+            request.result = output[b : b + 1, :, : request.frames].clone()
+
+    def _replay(self, batch: _Batch, arena: _Arena, io: _Inputs) -> torch.Tensor:
+        weights = next(self.estimator.parameters())
+        fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
+        if fingerprint != self._fingerprint:
+            self._captured.clear()
+            self._fingerprint = fingerprint
+        autocast = torch.is_autocast_enabled("cuda")
+        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
+        key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
+        captured = self._captured.get(key)
+        if captured is None:
+            self._copy_in(batch, arena)
+            captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
+        for name in _Inputs.__dataclass_fields__:
+            getattr(captured.io, name).copy_(getattr(io, name))
+        self._copy_in(batch, arena)  # (again after a capture: its warm-up runs wrote into the arena)
+        captured.graph.replay()
+        return captured.output
+
+    def _capture(self, arena: _Arena, io: _Inputs, autocast_dtype) -> _Captured:
+        static = _Inputs(**{name: getattr(io, name).clone() for name in _Inputs.__dataclass_fields__})
+        device = static.x0.device
+        # autocast's weight-cast cache must not keep tensors from the capture alive outside the graph
+        context = (
+            torch.autocast("cuda", dtype=autocast_dtype, cache_enabled=False)
+            if autocast_dtype is not None
+            else torch.autocast("cuda", enabled=False)
+        )
+        rate = self.cfm.inference_cfg_rate
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), context:
+            for _ in range(2):
+                _solve(self.estimator, self.layout, rate, arena, static)
+        torch.cuda.current_stream(device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool), context:
+            output = _solve(self.estimator, self.layout, rate, arena, static)
+        return _Captured(graph, static, output)
+
+
+_solvers_lock = threading.Lock()
+
+
+def solver_for(cfm: nn.Module) -> EstimatorSolver:
+    """The flow's one solver (CUDA graphs when `use_cuda_graphs()` switched them on)."""
+    with _solvers_lock:
+        graphs = getattr(cfm, "_graphs", None) is not None
+        solver = getattr(cfm, "_solver", None)
+        if solver is None or solver.graphs != graphs:
+            solver = cfm._solver = EstimatorSolver(cfm, graphs)
+        return solver
