@@ -4,10 +4,18 @@
 `campplus.onnx`, `speech_tokenizer_v2.onnx`, with errors naming the file). `Frontend.text` is the
 `TextFrontend`; `Frontend.prompt_features(wav, sr)` returns `PromptFeatures` aligned as upstream CosyVoice2
 does (2 mel frames per speech token, both trimmed to the shorter).
+
+The same prompt recording is usually used take after take, so `Frontend` keeps the features of recent
+prompts in a small LRU keyed by the audio's content (`$STUDIO_PROMPT_FEATURES_CACHE` entries, default 32,
+0 disables): a repeated take skips resampling, both ONNX models and the mel, tens of ms of first-chunk latency.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 MAX_PROMPT_SECONDS = 30.0
+ENV_CACHE_ENTRIES = "STUDIO_PROMPT_FEATURES_CACHE"
+DEFAULT_CACHE_ENTRIES = 32
 
 
 class TextFrontend:
@@ -116,6 +126,25 @@ def _mono_float(wav: np.ndarray | torch.Tensor) -> np.ndarray:
     return array
 
 
+def _audio_key(samples: np.ndarray, sr: int) -> tuple[str, int]:
+    """The cache key of a prompt: a digest of its mono float32 samples (whatever form they came in) and rate."""
+    return hashlib.blake2b(samples.tobytes(), digest_size=16).hexdigest(), int(sr)
+
+
+def cache_entries() -> int:
+    """``$STUDIO_PROMPT_FEATURES_CACHE`` (a number of prompts, 0 disables), else 32."""
+    value = os.environ.get(ENV_CACHE_ENTRIES, "").strip()
+    try:
+        entries = int(value) if value else DEFAULT_CACHE_ENTRIES
+    except ValueError:
+        entries = -1
+    if entries < 0:
+        raise ValueError(
+            f"{ENV_CACHE_ENTRIES} must be a whole number of prompts to cache (0 disables), got {value!r}"
+        )
+    return entries
+
+
 def _resample(samples: np.ndarray, sr: int, target: int) -> torch.Tensor:
     import soxr
 
@@ -124,7 +153,12 @@ def _resample(samples: np.ndarray, sr: int, target: int) -> torch.Tensor:
 
 
 class Frontend:
-    """Everything before the LLM: `text` (a TextFrontend) and the two ONNX models for prompt audio."""
+    """Everything before the LLM: `text` (a TextFrontend) and the two ONNX models for prompt audio.
+
+    Prompt features are cached per audio content (see the module docstring); `max_cached_prompts=None`
+    reads ``$STUDIO_PROMPT_FEATURES_CACHE``. Cached `PromptFeatures` are shared between callers, who only
+    read their tensors.
+    """
 
     def __init__(
         self,
@@ -132,16 +166,35 @@ class Frontend:
         speaker_embedder: SpeakerEmbedder,
         speech_tokenizer: SpeechTokenizer,
         device: torch.device | str = "cpu",
+        max_cached_prompts: int | None = None,
     ) -> None:
         self.text = text
         self.speaker_embedder = speaker_embedder
         self.speech_tokenizer = speech_tokenizer
         self.device = torch.device(device)
+        self.max_cached_prompts = cache_entries() if max_cached_prompts is None else int(max_cached_prompts)
+        self._cache: OrderedDict[tuple[str, int], PromptFeatures] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._hits = self._misses = 0
+
+    def prompt_cache_stats(self) -> dict:
+        """Hits, misses, entries held and the bound of the prompt features cache."""
+        with self._cache_lock:
+            return {
+                "hits": self._hits,
+                "misses": self._misses,
+                "entries": len(self._cache),
+                "max_entries": self.max_cached_prompts,
+            }
 
     def prompt_features(
         self, wav: np.ndarray | torch.Tensor | str | Path, sr: int | None = None
     ) -> PromptFeatures:
-        """Speech tokens, flow mel and speaker embedding of a prompt (array at `sr`, or an audio file path)."""
+        """Speech tokens, flow mel and speaker embedding of a prompt (array at `sr`, or an audio file path).
+
+        Bad audio raises every time: it is validated before the cache lookup, and a failed computation
+        stores nothing.
+        """
         if isinstance(wav, (str, Path)):
             import soundfile
 
@@ -157,18 +210,43 @@ class Frontend:
             raise ValueError(
                 f"prompt audio is {seconds:.1f} s long; at most {MAX_PROMPT_SECONDS:.0f} s is supported"
             )
-        wav16k, wav24k = _resample(samples, sr, 16000), _resample(samples, sr, 24000)
-        if wav16k.numel() < 16000 * 0.1:
-            raise ValueError(f"prompt audio is too short ({seconds:.2f} s); give at least a second of speech")
-        speech_token = self.speech_tokenizer.tokenize(wav16k)
-        embedding = self.speaker_embedder.embed(wav16k)
-        speech_feat = flow_mel(wav24k).squeeze(0).transpose(0, 1).unsqueeze(0)
-        token_len = min(speech_feat.shape[1] // 2, speech_token.shape[1])
-        if token_len == 0:
-            raise ValueError(f"prompt audio is too short ({seconds:.2f} s) to yield speech tokens")
-        features = PromptFeatures(
-            speech_token=speech_token[:, :token_len].contiguous(),
-            speech_feat=speech_feat[:, : 2 * token_len].contiguous(),
-            embedding=embedding,
-        )
-        return features.to(self.device)
+        if self.max_cached_prompts <= 0:
+            return self._compute(samples, sr)
+        key = _audio_key(samples, sr)
+        with self._cache_lock:
+            features = self._cache.get(key)
+            if features is not None:
+                self._cache.move_to_end(key)
+                self._hits += 1
+                return features
+            self._misses += 1
+        features = self._compute(samples, sr)  # outside the lock: two first takes may both compute
+        with self._cache_lock:
+            self._cache[key] = features
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.max_cached_prompts:
+                self._cache.popitem(last=False)
+        return features
+
+    def _compute(self, samples: np.ndarray, sr: int) -> PromptFeatures:
+        # ordinary tensors even when the caller is in inference mode: a cached inference tensor would
+        # break a later caller outside it ("Inference tensors cannot be saved for backward")
+        with torch.inference_mode(False), torch.no_grad():
+            seconds = samples.size / sr
+            wav16k, wav24k = _resample(samples, sr, 16000), _resample(samples, sr, 24000)
+            if wav16k.numel() < 16000 * 0.1:
+                raise ValueError(
+                    f"prompt audio is too short ({seconds:.2f} s); give at least a second of speech"
+                )
+            speech_token = self.speech_tokenizer.tokenize(wav16k)
+            embedding = self.speaker_embedder.embed(wav16k)
+            speech_feat = flow_mel(wav24k).squeeze(0).transpose(0, 1).unsqueeze(0)
+            token_len = min(speech_feat.shape[1] // 2, speech_token.shape[1])
+            if token_len == 0:
+                raise ValueError(f"prompt audio is too short ({seconds:.2f} s) to yield speech tokens")
+            features = PromptFeatures(
+                speech_token=speech_token[:, :token_len].contiguous(),
+                speech_feat=speech_feat[:, : 2 * token_len].contiguous(),
+                embedding=embedding,
+            )
+            return features.to(self.device)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -337,12 +338,31 @@ class EstimatorSolver:
                 self._condition.notify_all()
         return self._outcome(request)
 
+    @contextmanager
+    def paused(self):
+        """Hold every solve until the block ends; what was queued meanwhile then runs as one batch."""
+        with self._condition:
+            while self._busy:
+                self._condition.wait()
+            self._busy = True
+        try:
+            yield self
+        finally:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()
+
+    def queued(self) -> int:
+        with self._condition:
+            return len(self._queue)
+
     @staticmethod
     def _outcome(request: SolveRequest) -> torch.Tensor:
         if request.error is not None:
             raise request.error
         return request.result
 
+    @torch.inference_mode()
     def _run_all(self, requests: list[SolveRequest]) -> None:
         groups: dict[tuple, list[SolveRequest]] = {}
         for request in requests:
@@ -359,6 +379,11 @@ class EstimatorSolver:
                 finally:
                     for request in batch.requests:
                         request.done = True
+        if requests and requests[0].mu.is_cuda:
+            # Stay the leader until the GPU has run the batch: the takes that queue meanwhile form the next
+            # batch. Released at once, the leader would only enqueue kernels, and every take's chunk would
+            # wait for the GPU alone, one after another. (Synchronising releases the interpreter lock.)
+            torch.cuda.current_stream(requests[0].mu.device).synchronize()
 
     def _budget(self, device: torch.device) -> int:
         if self.budget_bytes is not None:

@@ -1,0 +1,160 @@
+"""The batched estimator solve: chunks of concurrent takes solved together equal each take solved alone.
+
+`EstimatorSolver.paused()` holds the solver while several takes queue a chunk each, so they run as one
+batch; `buckets=True` pads batch, frames and context as the CUDA-graph path does on a GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from studio.tts.flow.cfm import NOISE_FRAMES
+from studio.tts.flow.incremental import IncrementalFlow
+from studio.tts.flow.solver import EstimatorSolver, EstimatorState, SolveRequest
+from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
+
+# three takes with different prompt lengths and texts, driven with the same hop schedule
+TAKES = [(7, 90, 1), (25, 83, 2), (13, 70, 3)]
+
+
+def schedule(flow, prompt_tokens: int, n_tokens: int) -> list[tuple[int, bool]]:
+    """(token count, finalize) per call, as Token2WavStream asks for them (hop 25, 3 lookahead)."""
+    pad = -prompt_tokens % 25
+    calls, offset = [], 0
+    while offset + 25 + (pad if offset == 0 else 0) + flow.pre_lookahead_len <= n_tokens:
+        offset += 25 + (pad if offset == 0 else 0)
+        calls.append((offset + flow.pre_lookahead_len, False))
+    return calls + [(n_tokens, True)]
+
+
+def drive_solo(flow) -> list[list[torch.Tensor]]:
+    mels = []
+    for prompt_tokens, n_tokens, seed in TAKES:
+        incremental, tokens = (
+            IncrementalFlow(flow, **prompt(prompt_tokens, seed)),
+            speech_tokens(n_tokens, seed),
+        )
+        mels.append(
+            [
+                incremental.mel(tokens[:end], final)[0]
+                for end, final in schedule(flow, prompt_tokens, n_tokens)
+            ]
+        )
+    return mels
+
+
+def drive_batched(flow, solver: EstimatorSolver) -> list[list[torch.Tensor]]:
+    """Each round, every take still running queues one chunk while the solver is paused: one batch."""
+    takes = [
+        (IncrementalFlow(flow, **prompt(p, seed)), speech_tokens(n, seed), schedule(flow, p, n))
+        for p, n, seed in TAKES
+    ]
+    mels: list[list[torch.Tensor]] = [[] for _ in takes]
+    for round_ in range(max(len(calls) for _, _, calls in takes)):
+        running = [i for i, (_, _, calls) in enumerate(takes) if round_ < len(calls)]
+        errors: list[BaseException] = []
+
+        def work(i: int, round_: int = round_, errors: list = errors) -> None:
+            incremental, tokens, calls = takes[i]
+            end, final = calls[round_]
+            try:
+                mels[i].append(incremental.mel(tokens[:end], final)[0])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in running]
+        with solver.paused():
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 60
+            while solver.queued() < len(running) and time.monotonic() < deadline and not errors:
+                time.sleep(0.005)
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors
+    return mels
+
+
+@pytest.mark.parametrize("buckets", [False, True])
+def test_takes_solved_in_one_batch_equal_takes_solved_alone(modules, buckets):  # noqa: F811
+    flow, _ = modules
+    solo = drive_solo(flow)
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    solver.buckets = buckets
+    flow.decoder._solver = solver
+    try:
+        batched = drive_batched(flow, solver)
+    finally:
+        flow.decoder._solver = None
+    assert solver.requests == sum(len(m) for m in solo)
+    assert solver.batches < solver.requests  # rounds with several takes really ran as one batch
+    for take_solo, take_batched in zip(solo, batched, strict=True):
+        assert len(take_solo) == len(take_batched) >= 2
+        for ours, theirs in zip(take_batched, take_solo, strict=True):
+            assert ours.shape == theirs.shape
+            assert relative_error(ours, theirs) < 1e-5
+
+
+def test_a_small_budget_splits_batches_without_changing_results(modules):  # noqa: F811
+    flow, _ = modules
+    solo = drive_solo(flow)
+    solver = EstimatorSolver(flow.decoder, graphs=False, budget_bytes=1)
+    flow.decoder._solver = solver
+    try:
+        batched = drive_batched(flow, solver)
+    finally:
+        flow.decoder._solver = None
+    assert solver.batches == solver.requests  # nothing fitted together
+    for take_solo, take_batched in zip(solo, batched, strict=True):
+        for ours, theirs in zip(take_batched, take_solo, strict=True):
+            assert relative_error(ours, theirs) < 1e-5
+
+
+def test_a_failing_request_gets_its_error_and_the_solver_keeps_working(modules):  # noqa: F811
+    flow, _ = modules
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    beyond = NOISE_FRAMES - 10  # its 40 frames run past the fixed noise buffer
+    bad = SolveRequest(
+        EstimatorState(length=beyond),
+        torch.zeros(1, 80, 40),
+        torch.zeros(1, 80),
+        torch.zeros(1, 80, 40),
+        frame0=beyond,
+        commit=beyond,
+        mark=None,
+        steps=10,
+    )
+    with pytest.raises(ValueError, match="noise buffer"):
+        solver.solve(bad)
+    good = SolveRequest(
+        EstimatorState(),
+        torch.randn(1, 80, 40),
+        torch.randn(1, 80),
+        torch.zeros(1, 80, 40),
+        frame0=0,
+        commit=0,
+        mark=None,
+        steps=10,
+    )
+    mel = solver.solve(good)
+    assert mel.shape == (1, 80, 40) and torch.isfinite(mel).all()
+    assert good.state.length == 0 and good.state.tails is not None
+
+
+def test_state_rows_past_the_commit_are_recomputed_not_trusted(modules):  # noqa: F811
+    """A chunk commits only whole attention chunks; the next call recomputes the rest from the commit."""
+    flow, _ = modules
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    state = EstimatorState()
+    mu, spks = torch.randn(1, 80, 70), torch.randn(1, 80)
+    cond = torch.zeros(1, 80, 70)
+    whole = solver.solve(SolveRequest(EstimatorState(), mu, spks, cond, 0, 0, None, 10))
+    first = solver.solve(SolveRequest(state, mu[:, :, :60], spks, cond[:, :, :60], 0, 50, None, 10))
+    assert state.length == 50
+    rest = solver.solve(SolveRequest(state, mu[:, :, 50:], spks, cond[:, :, 50:], 50, 50, None, 10))
+    assert relative_error(first[:, :, :50], whole[:, :, :50]) < 1e-5
+    assert relative_error(rest, whole[:, :, 50:]) < 1e-5
