@@ -62,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-stream", dest="stream", action="store_false", help="offline takes (one chunk)")
     parser.add_argument("--fp16", action="store_true")
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="untimed rounds before each concurrency level (default 1)",
+    )
     parser.add_argument("--text", default=BENCH_TEXT)
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
     from studio.commands.vllm_flags import add_vllm_arguments
@@ -145,14 +152,25 @@ def summarize(values: list[float]) -> dict[str, float]:
     }
 
 
-def bench_concurrency(loaded, make_request, concurrency: int, runs: int) -> dict:
-    """``runs`` rounds of ``concurrency`` simultaneous takes; per-take and aggregate numbers."""
+def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:
+    """``runs`` rounds of ``concurrency`` simultaneous takes; per-take and aggregate numbers.
+
+    ``warmup_rounds`` untimed rounds come first: the first time a batch size is seen, the flow captures
+    its CUDA graphs, which is start-up work, not the steady state being measured.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from studio.engine.runner import run_take
 
     takes, throughput = [], []
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
+        for _ in range(warmup_rounds):
+            futures = [
+                pool.submit(run_take, loaded.model, make_request(i), backend=loaded.backend)
+                for i in range(concurrency)
+            ]
+            for future in futures:
+                future.result()
         for _ in range(runs):
             start = time.perf_counter()
             futures = [
@@ -168,6 +186,12 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int) -> dict
         for stage, seconds in take.stage_seconds.items():
             stages[stage] = stages.get(stage, 0.0) + seconds
     stage_total = sum(stages.values()) or 1.0
+    first: dict[str, float] = {}
+    for take in takes:
+        for stage, seconds in take.first_chunk_stages.items():
+            first[stage] = first.get(stage, 0.0) + seconds / len(takes)
+    # what the first chunk waited for besides the LM, flow and HiFT: the prompt, text and scheduling
+    first["other"] = max(0.0, sum(t.first_chunk_latency for t in takes) / len(takes) - sum(first.values()))
     return {
         "concurrency": concurrency,
         "takes": len(takes),
@@ -178,6 +202,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int) -> dict
         "audio_seconds_per_second": summarize(throughput),
         "stage_seconds": stages,
         "stage_share": {k: v / stage_total for k, v in stages.items()},
+        "first_chunk_stages_s": first,
     }
 
 
@@ -220,7 +245,7 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             result["warmup_seconds"] = time.perf_counter() - start
             result["levels"] = []
             for concurrency in args.concurrency:
-                level = bench_concurrency(loaded, make_request, concurrency, args.runs)
+                level = bench_concurrency(loaded, make_request, concurrency, args.runs, args.warmup_rounds)
                 result["levels"].append(level)
                 print_level(backend, level)
         finally:
@@ -232,10 +257,12 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
 def print_level(backend: str, level: dict) -> None:
     lat, rtf, thr = level["first_chunk_latency_s"], level["rtf"], level["audio_seconds_per_second"]
     split = " ".join(f"{k} {v:.0%}" for k, v in level["stage_share"].items())
+    first = " ".join(f"{k} {v * 1000:.0f}" for k, v in level.get("first_chunk_stages_s", {}).items())
     print(
         f"{backend:8} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
         f"(min {lat['min'] * 1000:.0f}, max {lat['max'] * 1000:.0f}, p95 {lat['p95'] * 1000:.0f})  "
-        f"RTF avg {rtf['avg']:.3f} (p95 {rtf['p95']:.3f})  {thr['avg']:.2f} audio-s/s  [{split}]",
+        f"RTF avg {rtf['avg']:.3f} (p95 {rtf['p95']:.3f})  {thr['avg']:.2f} audio-s/s  [{split}]  "
+        f"first chunk ms: {first}",
         flush=True,
     )
 
@@ -271,8 +298,8 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         print(f"error: model folder not found: {args.model}", file=sys.stderr)
         return 2
-    if args.runs < 1 or args.tokens < 1:
-        print("error: --runs and --tokens must be positive", file=sys.stderr)
+    if args.runs < 1 or args.tokens < 1 or args.warmup_rounds < 0:
+        print("error: --runs and --tokens must be positive, --warmup-rounds not negative", file=sys.stderr)
         return 2
     import torch
 
@@ -281,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
         "tokens_per_take": args.tokens,
         "stream": args.stream,
         "runs": args.runs,
+        "warmup_rounds": args.warmup_rounds,
+        "fp16": args.fp16,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

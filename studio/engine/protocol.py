@@ -180,6 +180,7 @@ class TakeStats:
     backend: str = ""
     cancelled: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)  # llm / flow / hift
+    first_chunk_stages: dict[str, float] = field(default_factory=dict)  # the same, for the first chunk
 
 
 @dataclass(frozen=True)

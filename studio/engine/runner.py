@@ -166,6 +166,7 @@ def run_take(
     first_chunk: float | None = None
     samples = chunks = tokens = 0
     stages: dict[str, float] = {}
+    first_stages: dict[str, float] = {}
     generator = model.synthesize(spec)
     try:
         for out in generator:
@@ -174,6 +175,7 @@ def run_take(
             audio = _to_numpy(out["tts_speech"])
             if first_chunk is None:
                 first_chunk = time.perf_counter() - start
+                first_stages = {k: float(v) for k, v in (out.get("timings") or {}).items()}
             samples += audio.size
             chunks += 1
             tokens = max(tokens, int(out.get("speech_tokens", 0) or 0))
@@ -199,4 +201,5 @@ def run_take(
         backend=backend,
         cancelled=cancel.is_set(),
         stage_seconds=stages,
+        first_chunk_stages=first_stages,
     )
