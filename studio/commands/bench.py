@@ -152,6 +152,14 @@ def summarize(values: list[float]) -> dict[str, float]:
     }
 
 
+def flow_counters(loaded) -> dict[str, int]:
+    """The streaming flow solver's counters (how chunks batched, graphs captured), if the model has one."""
+    from studio.tts.flow.solver import solver_stats
+
+    flow = getattr(getattr(loaded.model, "model", None), "flow", None)
+    return solver_stats(flow) if flow is not None else {}
+
+
 def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:
     """``runs`` rounds of ``concurrency`` simultaneous takes; per-take and aggregate numbers.
 
@@ -163,6 +171,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
     from studio.engine.runner import run_take
 
     takes, throughput = [], []
+    counters_before = None
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
         for _ in range(warmup_rounds):
             futures = [
@@ -171,6 +180,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
             ]
             for future in futures:
                 future.result()
+        counters_before = flow_counters(loaded)
         for _ in range(runs):
             start = time.perf_counter()
             futures = [
@@ -185,6 +195,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
     for take in takes:
         for stage, seconds in take.stage_seconds.items():
             stages[stage] = stages.get(stage, 0.0) + seconds
+    counters = {k: v - counters_before.get(k, 0) for k, v in flow_counters(loaded).items()}
     stage_total = sum(stages.values()) or 1.0
     first: dict[str, float] = {}
     for take in takes:
@@ -203,6 +214,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
         "stage_seconds": stages,
         "stage_share": {k: v / stage_total for k, v in stages.items()},
         "first_chunk_stages_s": first,
+        "flow_solver": counters,  # batched flow solves while timed: batches, requests, graph captures
     }
 
 
@@ -258,6 +270,9 @@ def print_level(backend: str, level: dict) -> None:
     lat, rtf, thr = level["first_chunk_latency_s"], level["rtf"], level["audio_seconds_per_second"]
     split = " ".join(f"{k} {v:.0%}" for k, v in level["stage_share"].items())
     first = " ".join(f"{k} {v * 1000:.0f}" for k, v in level.get("first_chunk_stages_s", {}).items())
+    solver = level.get("flow_solver") or {}
+    if solver.get("batches"):
+        first += f"  flow batch {solver['requests'] / solver['batches']:.1f}, captures {solver['captures']}"
     print(
         f"{backend:8} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
         f"(min {lat['min'] * 1000:.0f}, max {lat['max'] * 1000:.0f}, p95 {lat['p95'] * 1000:.0f})  "

@@ -79,6 +79,7 @@ class EstimatorGraphs:
         with self._lock:
             if fingerprint != self._fingerprint:
                 self._steps.clear()
+                self._pool = None  # a pool whose graphs are all gone cannot take a new capture
                 self._fingerprint = fingerprint
             step = self._steps.get(key)
             if step is None:
@@ -105,6 +106,7 @@ class EstimatorGraphs:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), context:
+        # thread_local: other takes' threads keep launching work (LM, HiFT) while this thread captures
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context:
             output = self.estimator(*static, streaming=streaming)
         return _CapturedStep(graph, static, output)

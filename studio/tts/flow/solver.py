@@ -20,11 +20,12 @@ bias hides every key at or beyond a row's last real frame, so real frames never 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,8 @@ from torch import nn
 
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
 from studio.tts.flow.masks import mask_to_bias
+
+log = logging.getLogger(__name__)
 
 ENV_BATCH_MB = "STUDIO_FLOW_BATCH_MB"
 ENV_MAX_BATCH = "STUDIO_FLOW_MAX_BATCH"
@@ -225,9 +228,8 @@ def _solve(estimator, layout: Layout, rate: float, arena: _Arena, io: _Inputs) -
     mu, spks, cond = _interleave(io.mu), _interleave(io.spks), _interleave(io.cond)
     for step in range(io.t.shape[0]):
         t = io.t[step].expand(2 * batch)
-        velocity = _estimate(
-            estimator, layout, arena, step, io, x.repeat_interleave(2, dim=0), mu, t, spks, cond
-        )
+        twice = x.unsqueeze(1).expand(-1, 2, -1, -1).reshape(2 * batch, *x.shape[1:])  # no host sync
+        velocity = _estimate(estimator, layout, arena, step, io, twice, mu, t, spks, cond)
         velocity = velocity.view(batch, 2, *velocity.shape[1:])
         x = x + io.dt[step] * ((1.0 + rate) * velocity[:, 0] - rate * velocity[:, 1])
     return x
@@ -281,7 +283,7 @@ class _Batch:
     cap: int  # key/value rows the solve may touch
     dtype: torch.dtype
     steps: int
-    key: tuple = field(default=())
+    oversize: bool = False  # beyond the budget alone: runs eagerly on a temporary arena
 
 
 class EstimatorSolver:
@@ -298,7 +300,7 @@ class EstimatorSolver:
         self.cfm = cfm
         self.estimator = cfm.estimator
         self.layout = Layout(self.estimator)
-        self.graphs = graphs
+        self.wants_graphs = self.graphs = graphs  # `graphs` turns False if a capture ever fails
         self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
         self.max_batch = int(max_batch or _env_number(ENV_MAX_BATCH, 16))
         if self.max_batch < 1:
@@ -311,6 +313,7 @@ class EstimatorSolver:
         self._captured: dict[tuple, _Captured] = {}
         self._pool = None
         self._fingerprint: tuple | None = None
+        self.captures = 0  # CUDA graphs captured (each costs about one eager pass plus the capture)
         self.batches = 0  # solves run, and requests served (batching shows as requests > batches)
         self.requests = 0
 
@@ -403,63 +406,90 @@ class EstimatorSolver:
         while True:
             chosen = group[:count]
             frames = max(r.frames for r in chosen)
-            cap = max(r.frame0 for r in chosen) + frames
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
-                frames = _bucket_frames(frames)
-                cap = 256 * math.ceil((max(r.frame0 for r in chosen) + frames) / 256)
-                rows = _bucket_batch(count)
-            size = cap * self.layout.bytes_per_frame(first.steps, 2 * rows, first.mu.dtype)
-            if size <= budget or count == 1:
-                return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps)
+                frames, rows = _bucket_frames(frames), _bucket_batch(count)
+            needed = max(r.frame0 for r in chosen) + frames
+            cap, arena_rows = needed, rows
+            if self.buckets:
+                cap, arena_rows = self._arena_size(first, rows, needed)
+            batch = _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps)
+            batch.oversize = (
+                cap * self.layout.bytes_per_frame(first.steps, 2 * arena_rows, batch.dtype) > budget
+            )
+            if not batch.oversize or count == 1:
+                if batch.oversize:  # one request alone beyond the budget: an exact-size arena, freed after
+                    batch.rows, batch.frames, batch.cap = 1, first.frames, first.frame0 + first.frames
+                return batch
             count = max(1, count // 2)
+
+    def _compatible(self, request: SolveRequest) -> _Arena | None:
+        arena = self._arena
+        if arena is None or arena.kv.device != request.mu.device:
+            return None
+        if arena.kv.dtype != request.mu.dtype or arena.kv.shape[0] != request.steps:
+            return None
+        return arena
+
+    def _arena_size(self, request: SolveRequest, rows: int, needed: int) -> tuple[int, int]:
+        """(context frames, batch rows) of the shared arena that would serve this batch.
+
+        Graphs attend over the arena's whole context (masked), so the context is not part of their key;
+        it grows by doubling (each growth drops every captured graph), at least 512 frames.
+        """
+        arena = self._compatible(request)
+        if arena is None:
+            return max(512, 256 * math.ceil(needed / 256)), rows
+        cap, have = arena.kv.shape[5], arena.kv.shape[3] // 2
+        if cap < needed:
+            cap = max(256 * math.ceil(needed / 256), 2 * cap)
+        return cap, max(rows, have)
 
     # -- one batch ------------------------------------------------------------------------------------
     def _run(self, batch: _Batch) -> None:
         device = batch.requests[0].mu.device
-        layout = self.layout
-        oversize = batch.cap * layout.bytes_per_frame(
-            batch.steps, 2 * batch.rows, batch.dtype
-        ) > self._budget(device)
-        arena = self._temporary_arena(batch, device) if oversize else self._arena_for(batch, device)
+        arena = self._temporary_arena(batch, device) if batch.oversize else self._arena_for(batch, device)
         io = self._inputs(batch, device)
-        use_graph = self.graphs and device.type == "cuda" and not oversize
-        if use_graph:
-            output = self._replay(batch, arena, io)
-        else:
+        output = None
+        if self.graphs and device.type == "cuda" and not batch.oversize:
+            try:
+                output = self._replay(batch, arena, io)
+            except RuntimeError:  # a failed capture must not fail the take: run eagerly from now on
+                log.warning(
+                    "flow: CUDA-graph capture failed; the flow continues without graphs", exc_info=True
+                )
+                self.graphs = False
+                self._drop_graphs()
+        if output is None:
             self._copy_in(batch, arena)
-            output = _solve(self.estimator, layout, self.cfm.inference_cfg_rate, arena, io)
+            output = _solve(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
         self._copy_out(batch, arena, output)
         self.batches += 1
         self.requests += len(batch.requests)
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> _Arena:
-        arena = self._arena
+        """A view of the shared arena for this batch, (re)allocated when it is too small."""
+        arena = self._compatible(batch.requests[0])
         rows = 2 * batch.rows
-        if (
-            arena is None
-            or arena.kv.device != device
-            or arena.kv.dtype != batch.dtype
-            or arena.kv.shape[0] != batch.steps
-            or arena.kv.shape[3] < rows
-            or arena.kv.shape[5] < batch.cap
-        ):
-            if arena is not None and arena.kv.dtype == batch.dtype and arena.kv.shape[0] == batch.steps:
-                rows = max(rows, arena.kv.shape[3])
-                cap = max(batch.cap, arena.kv.shape[5])
-            else:
-                cap = batch.cap
+        if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] < batch.cap:
+            rows_total = rows if arena is None else max(rows, arena.kv.shape[3])
+            cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             self._arena = None
-            self._captured.clear()  # the old arena's graphs die with it
+            self._drop_graphs()  # the old arena's graphs die with it
             arena = self._arena = _Arena(
-                torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
-                torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
-                torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+                torch.zeros(
+                    self.layout.kv_shape(batch.steps, rows_total, cap), dtype=batch.dtype, device=device
+                ),
+                torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
+                torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
             )
-        rows = 2 * batch.rows
         return _Arena(
             arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows], arena.mark_tails[:, :rows]
         )
+
+    def _drop_graphs(self) -> None:
+        self._captured.clear()
+        self._pool = None  # a pool whose graphs are all gone cannot take a new capture
 
     def _temporary_arena(self, batch: _Batch, device: torch.device) -> _Arena:
         rows = 2 * batch.rows
@@ -547,7 +577,7 @@ class EstimatorSolver:
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
         if fingerprint != self._fingerprint:
-            self._captured.clear()
+            self._drop_graphs()
             self._fingerprint = fingerprint
         autocast = torch.is_autocast_enabled("cuda")
         autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
@@ -556,6 +586,7 @@ class EstimatorSolver:
         if captured is None:
             self._copy_in(batch, arena)
             captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
+            self.captures += 1
         for name in _Inputs.__dataclass_fields__:
             getattr(captured.io, name).copy_(getattr(io, name))
         self._copy_in(batch, arena)  # (again after a capture: its warm-up runs wrote into the arena)
@@ -575,13 +606,16 @@ class EstimatorSolver:
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side), context:
-            for _ in range(2):
+            for _ in range(
+                1
+            ):  # one eager pass first: lazy initialisation (cuBLAS handles) must not be captured
                 _solve(self.estimator, self.layout, rate, arena, static)
         torch.cuda.current_stream(device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), context:
+        # thread_local: other takes' threads keep launching work (LM, HiFT) while this thread captures
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context:
             output = _solve(self.estimator, self.layout, rate, arena, static)
         return _Captured(graph, static, output)
 
@@ -594,6 +628,14 @@ def solver_for(cfm: nn.Module) -> EstimatorSolver:
     with _solvers_lock:
         graphs = getattr(cfm, "_graphs", None) is not None
         solver = getattr(cfm, "_solver", None)
-        if solver is None or solver.graphs != graphs:
+        if solver is None or solver.wants_graphs != graphs:
             solver = cfm._solver = EstimatorSolver(cfm, graphs)
         return solver
+
+
+def solver_stats(flow: nn.Module) -> dict[str, int]:
+    """Counters of the flow's solver (batches, requests, captures); zeros before its first use."""
+    solver = getattr(getattr(flow, "decoder", None), "_solver", None)
+    if solver is None:
+        return {"batches": 0, "requests": 0, "captures": 0}
+    return {"batches": solver.batches, "requests": solver.requests, "captures": solver.captures}
