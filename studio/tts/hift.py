@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from studio.tts.hift_source import SourceModuleHnNSF2
+from studio.tts.hift_source import SourceModuleHnNSF2, SourceNoise
 
 
 def get_padding(kernel_size: int, dilation: int = 1) -> int:
@@ -206,6 +206,12 @@ class HiFTGenerator(nn.Module):
         audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]))
         return torch.clamp(audio, -self.audio_limit, self.audio_limit)
 
+    def use_cuda_graphs(self, enabled: bool = True) -> None:
+        """Replay `inference` as CUDA graphs on CUDA inputs (its ~1,000 small kernels are launch-bound)."""
+        from studio.tts.hift_graphs import HiftGraphs
+
+        self._graphs = HiftGraphs(self) if enabled else None
+
     @torch.inference_mode()
     def inference(
         self,
@@ -218,11 +224,24 @@ class HiFTGenerator(nn.Module):
         `cache_source` (the previous call's source tail) replaces the start of the new source so chunk
         edges join without glitches; randomness comes from `generator` when given.
         """
+        graphs = getattr(self, "_graphs", None)
+        if graphs is not None and speech_feat.is_cuda:
+            return graphs.inference(speech_feat, cache_source, generator)
+        return self.synthesize(speech_feat, cache_source, generator)
+
+    def synthesize(
+        self,
+        speech_feat: torch.Tensor,
+        cache_source: torch.Tensor | None,
+        generator: torch.Generator | None,
+        noise: SourceNoise | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`inference` without graphs; with `noise` (drawn ahead) it draws nothing and can be captured."""
         # inputs follow the weights (e.g. after .half())
         speech_feat = speech_feat.to(self.conv_pre.bias.dtype)
         f0 = self.f0_predictor(speech_feat)
         f0 = F.interpolate(f0[:, None].float(), scale_factor=float(self.upsample_scale), mode="nearest")
-        source = self.m_source(f0.transpose(1, 2), generator).transpose(1, 2)
+        source = self.m_source(f0.transpose(1, 2), generator, noise).transpose(1, 2)
         if cache_source is not None and cache_source.shape[2] != 0:
             source[:, :, : cache_source.shape[2]] = cache_source
         return self.decode(speech_feat, source).float(), source

@@ -9,6 +9,7 @@ model's dtype: phase accumulation in half precision would drift audibly.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,38 @@ def _normal_like(like: torch.Tensor, generator: torch.Generator | None) -> torch
     return noise.to(like.device)
 
 
+@dataclass(frozen=True)
+class SourceNoise:
+    """Every random draw of one source computation, drawn ahead (`draw_source_noise`) so the rest of the
+    computation is deterministic and can be captured as a CUDA graph."""
+
+    phase: torch.Tensor  # [B, harmonics] uniform initial phases
+    sine: torch.Tensor  # [B, N, harmonics] standard normal, laid out as the sine waves are
+    unused: torch.Tensor  # [B, N, 1] upstream's unused noise branch (keeps the random stream aligned)
+
+
+def draw_source_noise(
+    batch: int, samples: int, harmonics: int, device: torch.device, generator: torch.Generator | None
+) -> SourceNoise:
+    """The draws `SourceModuleHnNSF2.forward` would make, in the same order and memory layout."""
+    gen_device = generator.device if generator is not None else device
+
+    def normal(channels: int) -> torch.Tensor:
+        # [B, N, C] strided as [B, C, N] transposed, exactly like the tensors `_normal_like` copies: the
+        # generator fills contiguous and strided tensors in different orders
+        shape, strides = (batch, samples, channels), (channels * samples, 1, samples)
+        noise = torch.empty_strided(shape, strides, dtype=torch.float32, device=gen_device)
+        return noise.normal_(generator=generator)
+
+    if generator is None:
+        phase = torch.rand((batch, harmonics), device=device, dtype=torch.float32)
+    else:
+        phase = torch.rand((batch, harmonics), generator=generator, device=gen_device, dtype=torch.float32)
+    sine = normal(harmonics)
+    unused = normal(1)
+    return SourceNoise(phase.to(device), sine.to(device), unused.to(device))
+
+
 class SineGen2(nn.Module):
     """Sine waves at F0 and its harmonics, phase-integrated at frame rate then interpolated to samples."""
 
@@ -52,9 +85,13 @@ class SineGen2(nn.Module):
         self.voiced_threshold = voiced_threshold
         self.upsample_scale = upsample_scale
 
-    def _f02sine(self, f0_values: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def _f02sine(
+        self, f0_values: torch.Tensor, generator: torch.Generator | None, phase: torch.Tensor | None = None
+    ) -> torch.Tensor:
         rad_values = (f0_values / self.sampling_rate) % 1
-        initial_phase = _uniform((f0_values.shape[0], f0_values.shape[2]), f0_values, generator)
+        if phase is None:
+            phase = _uniform((f0_values.shape[0], f0_values.shape[2]), f0_values, generator)
+        initial_phase = phase.clone()
         initial_phase[:, 0] = 0
         rad_values[:, 0, :] = rad_values[:, 0, :] + initial_phase
         rad_values = F.interpolate(
@@ -67,15 +104,16 @@ class SineGen2(nn.Module):
         return torch.sin(phase)
 
     def forward(
-        self, f0: torch.Tensor, generator: torch.Generator | None = None
+        self, f0: torch.Tensor, generator: torch.Generator | None = None, noise: SourceNoise | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """f0 [B, N, 1] in Hz at sample rate -> (sine waves [B, N, harmonics+1], voiced flag [B, N, 1])."""
         harmonics = torch.arange(1, self.harmonic_num + 2, device=f0.device, dtype=torch.float32)
-        sine_waves = self._f02sine(f0 * harmonics.view(1, 1, -1), generator) * self.sine_amp
+        phase = None if noise is None else noise.phase
+        sine_waves = self._f02sine(f0 * harmonics.view(1, 1, -1), generator, phase) * self.sine_amp
         uv = (f0 > self.voiced_threshold).to(torch.float32)
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
-        noise = noise_amp * _normal_like(sine_waves, generator)
-        return sine_waves * uv + noise, uv
+        drawn = _normal_like(sine_waves, generator) if noise is None else noise.sine
+        return sine_waves * uv + noise_amp * drawn, uv
 
 
 class SourceModuleHnNSF2(nn.Module):
@@ -97,13 +135,16 @@ class SourceModuleHnNSF2(nn.Module):
         )
         self.l_linear = nn.Linear(harmonic_num + 1, 1)
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """f0 [B, N, 1] (Hz, per sample) -> excitation [B, N, 1] in float32."""
+    def forward(
+        self, f0: torch.Tensor, generator: torch.Generator | None = None, noise: SourceNoise | None = None
+    ) -> torch.Tensor:
+        """f0 [B, N, 1] (Hz, per sample) -> excitation [B, N, 1] in float32 (`noise`: the draws, made ahead)."""
         with torch.autocast(device_type=f0.device.type, enabled=False):
-            sine_waves, uv = self.l_sin_gen(f0.float(), generator)
+            sine_waves, uv = self.l_sin_gen(f0.float(), generator, noise)
             merged = torch.tanh(
                 F.linear(sine_waves, self.l_linear.weight.float(), self.l_linear.bias.float())
             )
-            # upstream also draws a noise branch it never uses; drawing it keeps the random stream aligned
-            _normal_like(uv, generator)
+            if noise is None:
+                # upstream also draws a noise branch it never uses; drawing it keeps the random stream aligned
+                _normal_like(uv, generator)
         return merged
