@@ -6,6 +6,8 @@
 #   B  cosyvoice-studio bench, vLLM backend, 1/4/16/32 streams
 #   F  (one call, when device time is short) install + model, bench vLLM, bench PyTorch, tests/vllm
 #   C  cosyvoice-studio bench, PyTorch backend, same takes (CONCURRENCY=1,4,16 then 32: fits 10-min calls)
+#   G1 carry [".gpu/c5", ".whl"]: install + model, the flow-solver check (graphs vs eager, batching), vLLM bench
+#   G2 PyTorch bench on the same takes, then tests/vllm (the second session's plan: two full calls)
 # .whl holds the studio's runtime deps missing there (soundfile, soxr, librosa, wetext, platformdirs...),
 # fetched here with `pip download --platform manylinux... --python-version 3.12` (see benchmarks/README.md).
 set -uo pipefail
@@ -29,6 +31,24 @@ install() {
   tail -4 "$out/make-model.log"
 }
 case $step in
+G1)  # after the four part-copy calls: install, model, flow-solver check, vLLM bench (fp16 flow/HiFT)
+  install
+  timeout 150 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --streams 1,16 \
+    --json "$out/flow-solver-h200.json" >"$out/flow-solver.log" 2>&1
+  grep -E "^(PASS|FAIL|info|\{|torch|peak)|rror" "$out/flow-solver.log" | cut -c1-220
+  timeout 330 "${bench[@]}" --backends vllm --fp16 --runs 2 --json "$out/bench-vllm-$tag.json" \
+    >"$out/bench-vllm-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
+  ;;
+G2)  # same warm machine: PyTorch bench (same takes, fp16), then the vLLM checks of CI on the GPU
+  export CONCURRENCY=${CONCURRENCY:-1,4,16}
+  tag=c${CONCURRENCY//,/-}
+  timeout 320 "${bench[@]}" --concurrency "$CONCURRENCY" --backends pytorch --fp16 --runs 1 \
+    --json "$out/bench-pytorch-$tag.json" >"$out/bench-pytorch-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-pytorch-$tag.log" | cut -c1-400
+  timeout 200 python3 -m pytest tests/vllm -q -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-vllm.log" | tail -8
+  ;;
 F)  # everything that matters in one call, most important first (what finishes comes back)
   install
   "${bench[@]}" --backends vllm --runs 1 --json "$out/bench-vllm-$tag.json" >"$out/bench-vllm-$tag.log" 2>&1
