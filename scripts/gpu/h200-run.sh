@@ -40,6 +40,12 @@ G1)  # after the four part-copy calls: install, model, flow-solver check, vLLM b
     >"$out/bench-vllm-$tag.log" 2>&1
   grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
   ;;
+G3)  # after the four part-copy calls, when little device time is left: install, model, vLLM bench only
+  install
+  timeout 300 "${bench[@]}" --backends vllm --fp16 --runs 2 --json "$out/bench-vllm-$tag.json" \
+    >"$out/bench-vllm-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
+  ;;
 G2)  # same warm machine: PyTorch bench (same takes, fp16), then the vLLM checks of CI on the GPU
   export CONCURRENCY=${CONCURRENCY:-1,4,16}
   tag=c${CONCURRENCY//,/-}

@@ -182,12 +182,27 @@ class HiFTGenerator(nn.Module):
         )
         return torch.cat([spec.real, spec.imag], dim=1)
 
-    def _istft(self, magnitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    def _istft(self, magnitude: torch.Tensor, phase: torch.Tensor, graph_safe: bool = False) -> torch.Tensor:
         magnitude = torch.clip(magnitude, max=1e2)
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        return torch.istft(spec, self.n_fft, self.hop_len, self.n_fft, window=self._window(magnitude.device))
+        window = self._window(magnitude.device)
+        if not graph_safe:
+            return torch.istft(spec, self.n_fft, self.hop_len, self.n_fft, window=window)
+        # torch.istft's own window check reads a value back to the host, which a CUDA graph cannot hold:
+        # the same inverse (centred, one-sided, window overlap-add) by hand; equal up to float rounding
+        frames = torch.fft.irfft(spec, n=self.n_fft, dim=1) * window[:, None]  # [B, n_fft, F]
+        count = frames.shape[2]
+        length = self.n_fft + self.hop_len * (count - 1)
 
-    def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        def overlap_add(x: torch.Tensor) -> torch.Tensor:
+            folded = F.fold(x, output_size=(1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop_len))
+            return folded.reshape(x.shape[0], length)
+
+        envelope = overlap_add((window * window)[None, :, None].expand(1, -1, count))
+        half = self.n_fft // 2
+        return overlap_add(frames)[:, half : length - half] / envelope[:, half : length - half]
+
+    def decode(self, x: torch.Tensor, source: torch.Tensor, graph_safe: bool = False) -> torch.Tensor:
         """mel [B, 80, T] and excitation [B, 1, N] -> waveform [B, N] clamped to +-audio_limit."""
         x = self.conv_pre(x)
         s_stft = self._stft(source.squeeze(1)).to(x.dtype)
@@ -203,7 +218,7 @@ class HiFTGenerator(nn.Module):
             x = xs / self.num_kernels
         x = self.conv_post(F.leaky_relu(x)).float()
         bins = self.n_fft // 2 + 1
-        audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]))
+        audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]), graph_safe)
         return torch.clamp(audio, -self.audio_limit, self.audio_limit)
 
     def use_cuda_graphs(self, enabled: bool = True) -> None:
@@ -236,7 +251,8 @@ class HiFTGenerator(nn.Module):
         generator: torch.Generator | None,
         noise: SourceNoise | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`inference` without graphs; with `noise` (drawn ahead) it draws nothing and can be captured."""
+        """`inference` without graphs; with `noise` (drawn ahead) it draws nothing and can be captured (its
+        inverse STFT then avoids torch.istft's host read-back; the result equals up to float rounding)."""
         # inputs follow the weights (e.g. after .half())
         speech_feat = speech_feat.to(self.conv_pre.bias.dtype)
         f0 = self.f0_predictor(speech_feat)
@@ -244,7 +260,7 @@ class HiFTGenerator(nn.Module):
         source = self.m_source(f0.transpose(1, 2), generator, noise).transpose(1, 2)
         if cache_source is not None and cache_source.shape[2] != 0:
             source[:, :, : cache_source.shape[2]] = cache_source
-        return self.decode(speech_feat, source).float(), source
+        return self.decode(speech_feat, source, graph_safe=noise is not None).float(), source
 
 
 _OLD_STYLE = re.compile(r"^(.*)\.weight_([gv])$")

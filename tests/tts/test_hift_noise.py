@@ -27,8 +27,10 @@ def test_noise_drawn_ahead_equals_drawing_inline(hift, batch):
         again, again_source = hift.synthesize(mel, cache, None, noise)
         unseeded = draw_source_noise(batch, 23 * 480, harmonics, mel.device, None)
         other, _ = hift.synthesize(mel, cache, None, unseeded)
-    assert torch.equal(speech, again) and torch.equal(source, again_source)
-    assert not torch.equal(speech, other)  # the draws matter: a different stream changes the waveform
+    assert torch.equal(source, again_source)  # the same draws
+    # the capturable inverse STFT (no host read-back) equals torch.istft up to float rounding
+    assert float((again - speech).abs().max()) < 1e-5 * float(speech.abs().max())
+    assert not torch.allclose(speech, other)  # the draws matter: a different stream changes the waveform
 
 
 def test_graph_runner_without_a_gpu_vocodes_eagerly_with_the_same_stream(hift):
@@ -38,5 +40,5 @@ def test_graph_runner_without_a_gpu_vocodes_eagerly_with_the_same_stream(hift):
         expected, _ = hift.inference(mel, None, torch.Generator().manual_seed(5))
         runner.enabled = False  # what a CPU tensor or a failed capture gets
         speech, source = runner.inference(mel, None, torch.Generator().manual_seed(5))
-    assert torch.equal(speech, expected) and source.shape == (1, 1, 17 * 480)
+    assert torch.allclose(speech, expected, atol=1e-6) and source.shape == (1, 1, 17 * 480)
     assert runner.captures == 0

@@ -171,3 +171,44 @@ def test_streaming_defaults_to_the_incremental_flow_unless_overridden(modules, m
     monkeypatch.setenv("STUDIO_INCREMENTAL_FLOW", "0")
     assert chosen() is False
     assert chosen(incremental=True) is True
+
+
+@pytest.mark.parametrize(("prompt_tokens", "cache"), [(30, False), (30, True), (50, True), (7, False)])
+def test_prefetching_the_prompt_tail_changes_nothing_but_when_it_is_computed(modules, prompt_tokens, cache):
+    """`prefetch` commits the flow up to the first chunk's start while the LM decodes the first hop."""
+    from studio.tts.flow.prompt_cache import PromptFlowCache
+
+    flow, hift = modules
+    inputs, tokens = prompt(prompt_tokens), speech_tokens(80)
+    store = PromptFlowCache(1 << 40) if cache else False
+    if cache:
+        stream_all(flow, hift, inputs, tokens[:40], incremental=True, prompt_cache=store)  # fills the cache
+    expected_mels, expected = stream_all(flow, hift, inputs, tokens, incremental=True, prompt_cache=store)
+
+    stream = Token2WavStream(
+        flow,
+        hift,
+        **inputs,
+        streaming=True,
+        generator=torch.Generator().manual_seed(9),
+        incremental=True,
+        prompt_cache=store,
+    )
+    mels, vocode = [], stream._vocode
+    stream._vocode = lambda mel, finalize: (mels.append(mel), vocode(mel, finalize))[1]
+    needed = stream.prefetch_tokens()
+    assert needed == stream.prompt_pad + flow.pre_lookahead_len
+    stream.prefetch(tokens[: needed - 1])  # too few tokens yet: nothing happens
+    assert stream.prefetch_tokens() == needed
+    stream.prefetch(tokens)
+    assert stream.prefetch_tokens() is None
+    assert len(stream._incremental.committed) == prompt_tokens + stream.prompt_pad
+    speech = []
+    for available in range(len(tokens) + 1):
+        while stream.ready(available):
+            speech.append(stream.chunk(tokens[:available])[0])
+    speech.append(stream.finish(tokens)[0])
+    assert len(mels) == len(expected_mels)
+    for ours, theirs in zip(mels, expected_mels, strict=True):
+        assert relative_error(ours, theirs) < 1e-5
+    assert relative_error(torch.cat(speech, dim=1), torch.cat(expected, dim=1)) < 1e-5
