@@ -289,12 +289,6 @@ class CosyVoice2:
         used = 0
         try:
             while spec.stream:
-                ahead = stream.prefetch_tokens()
-                if ahead is not None:  # the prompt's last flow frames, while the LM decodes the first hop
-                    producer.wait_for(ahead)
-                    if cancel.is_set():
-                        return
-                    stream.prefetch(producer.snapshot())
                 available = producer.wait_for(stream.tokens_needed())
                 if cancel.is_set():
                     return

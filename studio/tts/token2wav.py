@@ -8,7 +8,8 @@ streaming too, and draws HiFT's randomness from the request's own generator.
 Streaming renders each chunk incrementally (`IncrementalFlow`: only the new frames, over cached left
 context) instead of upstream's re-run of the flow over the whole token prefix; both give the same mel.
 ``incremental=None`` (the default) follows ``STUDIO_INCREMENTAL_FLOW`` (``0``: full-prefix path, else
-incremental). The incremental step always runs eagerly, even where the estimator replays CUDA graphs.
+incremental). The incremental step's Euler solve runs in the flow's `EstimatorSolver`: batched with the
+chunks of other takes rendering at the same moment, and replayed as CUDA graphs on a GPU.
 It starts from the prompt's cached flow state when an earlier request used the same voice
 (`PromptFlowCache`; ``prompt_cache=True``, the default, uses the process-wide one sized by
 ``STUDIO_PROMPT_CACHE_MB``, 0 disables it).
@@ -76,9 +77,6 @@ class Token2WavStream:
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     _cache: _HiftCache | None = field(default=None, repr=False)
-    _prefetched: bool = field(default=False, repr=False)
-    _ahead: tuple[torch.Tensor, int] | None = field(default=None, repr=False)  # prefetched (mel, first frame)
-    _prefetch_seconds: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         prompt_len = int(self.prompt_token.shape[1])
@@ -114,33 +112,6 @@ class Token2WavStream:
     def ready(self, n_tokens: int) -> bool:
         return self.streaming and n_tokens >= self.tokens_needed()
 
-    def prefetch_tokens(self) -> int | None:
-        """Decoded tokens after which `prefetch` can run (None: not streaming incrementally, or done).
-
-        The prompt plus its pad tokens ends on a chunk boundary, 25 tokens before the first chunk's end;
-        once the lookahead tokens past it exist, every frame before it is final. Computing those (the
-        prompt frames the prompt cache could not hold, or all of them without it, and the pad tokens'
-        frames, kept for the first chunk) while the LM still decodes the first hop leaves the first chunk
-        one chunk of new frames.
-        """
-        if not self.streaming or self._incremental is None or self._prefetched or self.token_offset:
-            return None
-        if self.prompt_token.shape[1] + self.prompt_pad == 0:
-            return None
-        return self.prompt_pad + self.lookahead
-
-    def prefetch(self, tokens: list[int]) -> None:
-        """Commit the flow up to the last chunk boundary inside the first hop (see `prefetch_tokens`); the
-        frames it computes are kept for the first chunk."""
-        needed = self.prefetch_tokens()
-        if needed is None or len(tokens) < needed:
-            return
-        self._prefetched = True
-        started = time.perf_counter()
-        with torch.inference_mode(), self._autocast():
-            self._ahead = self._incremental.mel(tokens[:needed], finalize=False)  # the pad tokens' frames too
-        self._prefetch_seconds += time.perf_counter() - started
-
     # -- rendering -------------------------------------------------------------------------------
     def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
         """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
@@ -157,10 +128,7 @@ class Token2WavStream:
         times = StageTimes()
         started = time.perf_counter()
         mel = self._flow_mel(tokens, finalize)
-        times.flow = (
-            time.perf_counter() - started + self._prefetch_seconds
-        )  # flow work done ahead counts here
-        self._prefetch_seconds = 0.0
+        times.flow = time.perf_counter() - started
         started = time.perf_counter()
         speech = self._vocode(mel, finalize)
         times.hift = time.perf_counter() - started
@@ -179,10 +147,6 @@ class Token2WavStream:
         if self._incremental is not None:
             with self._autocast():
                 mel, first_frame = self._incremental.mel(tokens, finalize)
-            if self._ahead is not None:  # frames computed by `prefetch` come first
-                (ahead, ahead_frame), self._ahead = self._ahead, None
-                if ahead_frame + ahead.shape[2] == first_frame:
-                    mel, first_frame = torch.cat([ahead, mel], dim=2), ahead_frame
             skip = self.prompt_feat.shape[1] + self.token_offset * self.mel_ratio - first_frame
             if skip < 0:
                 raise RuntimeError(f"incremental flow skipped {-skip} frames still to be emitted")
