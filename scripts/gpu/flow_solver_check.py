@@ -90,6 +90,8 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--streams", default="1,4,16")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
+    parser.add_argument("--dtypes", default="float32,float16")
+    parser.add_argument("--solvers", default="graphs,eager", help="timed solvers: graphs and/or eager")
     args = parser.parse_args()
     device = torch.device(args.device)
     model = Path(args.model)
@@ -100,7 +102,7 @@ def main() -> int:
         "runs": [],
     }
     failed = False
-    for dtype in (torch.float32, torch.float16):
+    for dtype in [getattr(torch, name) for name in args.dtypes.split(",")]:
         if dtype == torch.float16 and device.type != "cuda":
             continue
         flow = load_flow(model, config, device).to(dtype)
@@ -130,7 +132,7 @@ def main() -> int:
             f"{relative(mels['eager-buckets'], mels['eager']):.2e}",
             flush=True,
         )
-        for name in ("graphs", "eager"):
+        for name in args.solvers.split(","):
             solver = use(flow, solvers[name])
             for streams in [int(s) for s in args.streams.split(",")]:
                 concurrent(flow, inputs, streams, cache)  # warm-up: captures this level's graphs

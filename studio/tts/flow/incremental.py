@@ -32,7 +32,7 @@ from torch import nn
 
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
-from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for
+from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for, to_device
 
 
 class KVBuffer:
@@ -281,12 +281,12 @@ class IncrementalFlow:
         dtype = flow.spk_embed_affine_layer.weight.dtype
         spks = flow.spk_embed_affine_layer(F.normalize(self.embedding.to(device).float(), dim=1).to(dtype))
         lo = max(0, start - (flow.encoder.pre_lookahead_layer.conv2.kernel_size[0] - 1))
-        token = torch.tensor([ids[lo:end]], dtype=torch.long, device=device).clamp_min(0)
+        token = to_device(torch.tensor([ids[lo:end]], dtype=torch.long), device).clamp_min(0)
         emb = flow.input_embedding(token)
         context = None
         if not finalize:
             context = flow.input_embedding(
-                torch.tensor([ids[end:]], dtype=torch.long, device=device).clamp_min(0)
+                to_device(torch.tensor([ids[end:]], dtype=torch.long), device).clamp_min(0)
             )
         h = _encode(
             flow.encoder,

@@ -249,6 +249,18 @@ def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.T
     return torch.stack(ts), torch.stack(dts)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the GPU: through pinned memory, not blocking.
+
+    A plain ``.to("cuda")`` of pageable memory synchronises the stream, so a take preparing its next
+    chunk would wait for every other take's queued GPU work, and concurrent takes would never meet in
+    the solver to form a batch. (The caching host allocator keeps the pinned block until the copy ran.)
+    """
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 # -- batching and graphs ---------------------------------------------------------------------------------
 def _bucket_frames(frames: int) -> int:
     return 32 * math.ceil(frames / 32) if frames <= 128 else 128 * math.ceil(frames / 128)
@@ -538,10 +550,10 @@ class EstimatorSolver:
             mu,
             cond,
             spks,
-            bias.to(device),
-            queries.repeat_interleave(2, dim=0).to(device),
-            (keep[:, None] + left).repeat_interleave(2, dim=0).to(device),
-            (mark[:, None] + left).repeat_interleave(2, dim=0).to(device),
+            to_device(bias, device),
+            to_device(queries.repeat_interleave(2, dim=0), device),
+            to_device((keep[:, None] + left).repeat_interleave(2, dim=0), device),
+            to_device((mark[:, None] + left).repeat_interleave(2, dim=0), device),
             t,
             dt,
         )
