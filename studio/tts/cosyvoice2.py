@@ -369,7 +369,7 @@ class CosyVoice2:
             features = self.model.frontend.prompt_features(prompt_wav, sr)
         except ValueError as exc:
             raise SynthesisError(f"unusable prompt recording: {exc}") from exc
-        tokens = features.speech_token.reshape(-1).tolist()
+        tokens = list(features.token_ids) or features.speech_token.reshape(-1).tolist()
         feat = features.speech_feat.float().reshape(1, -1, 80)
         embedding = features.embedding.float().reshape(1, -1)
         return tokens, feat, embedding

@@ -104,10 +104,12 @@ class PromptFeatures:
     speech_token: torch.Tensor
     speech_feat: torch.Tensor
     embedding: torch.Tensor
+    token_ids: tuple[int, ...] = ()  # the speech tokens on the host (reading them off a GPU would sync it)
 
     def to(self, device: torch.device | str) -> PromptFeatures:
+        ids = self.token_ids or tuple(int(i) for i in self.speech_token.reshape(-1).tolist())
         return PromptFeatures(
-            self.speech_token.to(device), self.speech_feat.to(device), self.embedding.to(device)
+            self.speech_token.to(device), self.speech_feat.to(device), self.embedding.to(device), ids
         )
 
 

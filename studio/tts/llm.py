@@ -22,6 +22,7 @@ from torch import nn
 
 from studio.tts.errors import MissingModelFileError, ModelFolderError
 from studio.tts.sampling import RasSampling
+from studio.tts.transfer import to_device
 
 if TYPE_CHECKING:
     from transformers import Qwen2Config
@@ -170,7 +171,11 @@ class Qwen2LM(nn.Module):
         weight = self.speech_embedding.weight
         text_ids = torch.cat([_as_ids(prompt_text, weight.device), _as_ids(text, weight.device)])
         speech_ids = _as_ids(prompt_speech_token, weight.device)
-        if speech_ids.numel() and int(speech_ids.max()) >= self.speech_token_size:
+        if isinstance(prompt_speech_token, torch.Tensor):
+            largest = int(speech_ids.max()) if speech_ids.numel() else -1
+        else:  # checked on the host: reading a GPU value back would wait for every queued kernel
+            largest = max((int(i) for i in prompt_speech_token), default=-1)
+        if largest >= self.speech_token_size:
             raise ValueError(f"prompt speech tokens must be < {self.speech_token_size}")
         parts = [
             self.llm_embedding.weight[SOS_EOS_INDEX : SOS_EOS_INDEX + 1],
@@ -209,10 +214,9 @@ def check_prompt_embeds(prompt_embeds: torch.Tensor, hidden_size: int) -> None:
 
 
 def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
-    tensor = (
-        torch.as_tensor(ids, dtype=torch.long, device=device) if not isinstance(ids, torch.Tensor) else ids
-    )
-    return tensor.reshape(-1).to(device=device, dtype=torch.long)
+    if isinstance(ids, torch.Tensor):
+        return ids.reshape(-1).to(device=device, dtype=torch.long)
+    return to_device(torch.as_tensor(ids, dtype=torch.long).reshape(-1), device)  # no wait for the GPU
 
 
 class TorchDecodeSession:

@@ -32,7 +32,8 @@ from torch import nn
 
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
-from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for, to_device
+from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for
+from studio.tts.transfer import to_device
 
 
 class KVBuffer:

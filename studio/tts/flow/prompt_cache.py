@@ -135,13 +135,52 @@ def _flow_identity(module: torch.nn.Module) -> int:
         return number
 
 
-def _digest(*tensors: torch.Tensor) -> str:
+_digests: OrderedDict[tuple, tuple[torch.Tensor, str]] = OrderedDict()
+_digests_lock = threading.Lock()
+_DIGESTS_KEPT = 64
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for tensor in tensors:
-        tensor = tensor.detach().to("cpu").contiguous()
-        h.update(repr((tensor.dtype, tuple(tensor.shape))).encode())
-        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    tensor = tensor.detach().to("cpu").contiguous()
+    h.update(repr((tensor.dtype, tuple(tensor.shape))).encode())
+    h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _memo_digest(tensor: torch.Tensor) -> str:
+    """`_tensor_digest`, remembered: hashing a GPU tensor reads it back, which waits for the GPU.
+
+    The memo holds the tensor itself, so its memory cannot be reused by another tensor while the entry
+    lives, and the version counter catches in-place writes; a voice's tensors are the same from take to
+    take (the frontend caches them), so later takes hash nothing.
+    """
+    if tensor.is_inference():  # no version counter to tell an in-place write: hash it every time
+        return _tensor_digest(tensor)
+    key = (
+        str(tensor.device),
+        tensor.dtype,
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.storage_offset(),
+        tensor.untyped_storage().data_ptr(),
+        tensor._version,
+    )
+    with _digests_lock:
+        entry = _digests.get(key)
+        if entry is not None:
+            _digests.move_to_end(key)
+            return entry[1]
+    digest = _tensor_digest(tensor)
+    with _digests_lock:
+        _digests[key] = (tensor, digest)
+        while len(_digests) > _DIGESTS_KEPT:
+            _digests.popitem(last=False)
+    return digest
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    return hashlib.blake2b("/".join(_memo_digest(t) for t in tensors).encode(), digest_size=16).hexdigest()
 
 
 def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:

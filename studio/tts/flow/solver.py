@@ -33,6 +33,7 @@ from torch import nn
 
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
 from studio.tts.flow.masks import mask_to_bias
+from studio.tts.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -247,18 +248,6 @@ def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.T
         if step < steps:
             dt = t_span[step + 1] - t
     return torch.stack(ts), torch.stack(dts)
-
-
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device` without waiting for the GPU: through pinned memory, not blocking.
-
-    A plain ``.to("cuda")`` of pageable memory synchronises the stream, so a take preparing its next
-    chunk would wait for every other take's queued GPU work, and concurrent takes would never meet in
-    the solver to form a batch. (The caching host allocator keeps the pinned block until the copy ran.)
-    """
-    if device.type != "cuda":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 # -- batching and graphs ---------------------------------------------------------------------------------
