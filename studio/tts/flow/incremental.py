@@ -30,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from studio.tts.flow.batched_solve import EstimatorState
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
-from studio.tts.flow.solver import EstimatorState, SolveRequest, solver_for
+from studio.tts.flow.solver import SolveRequest, solver_for
 from studio.tts.transfer import to_device
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from studio.tts.flow.batched_solve import EstimatorState
 from studio.tts.flow.incremental import IncrementalFlow, KVBuffer
-from studio.tts.flow.solver import EstimatorState
 
 ENV_BUDGET = "STUDIO_PROMPT_CACHE_MB"
 DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}

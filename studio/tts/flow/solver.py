@@ -10,12 +10,10 @@ one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver
 - lets concurrent takes combine: whoever finds the solver idle runs every request queued at that moment
   as one batch (no waiting, so a lone take is never delayed), the others wait for their results;
 - copies the batch's states into a shared work arena, runs one solve over all rows with static shapes
-  (frames padded to a bucket and masked out, per-row positions as tensors), and copies the new committed
-  rows back;
-- on CUDA, captures that solve once per (batch, frames, context) bucket as a CUDA graph and replays it.
-
-Padding is exact: the estimator's convolutions are causal, its norms work per frame, and the attention
-bias hides every key at or beyond a row's last real frame, so real frames never see padded ones.
+  (`solve_batch` in tts/flow/batched_solve.py: frames padded to a bucket and masked out, per-row
+  positions as tensors), and copies the new committed rows back;
+- on CUDA, captures that solve once per (batch, frames) bucket as a CUDA graph and replays it; the
+  graphs attend over the arena's whole context, which grows by doubling (and drops the graphs).
 """
 
 from __future__ import annotations
@@ -28,10 +26,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
+from studio.tts.flow.batched_solve import (
+    EstimatorState,
+    Layout,
+    SolveInputs,
+    WorkArena,
+    euler_times,
+    solve_batch,
+)
 from studio.tts.flow.masks import mask_to_bias
 from studio.tts.transfer import to_device
 
@@ -39,75 +43,6 @@ log = logging.getLogger(__name__)
 
 ENV_BATCH_MB = "STUDIO_FLOW_BATCH_MB"
 ENV_MAX_BATCH = "STUDIO_FLOW_MAX_BATCH"
-
-
-class Layout:
-    """Where each transformer block's keys/values and each causal conv's left context sit in a state."""
-
-    def __init__(self, estimator: CausalConditionalDecoder):
-        blocks = [
-            b
-            for level in (*estimator.down_blocks, *estimator.mid_blocks, *estimator.up_blocks)
-            for b in level[1]
-        ]
-        self.attention = {block.attn1: i for i, block in enumerate(blocks)}
-        first = blocks[0].attn1
-        self.heads = first.heads
-        self.head_dim = first.to_q.out_features // first.heads
-        convs = [m for m in estimator.modules() if isinstance(m, CausalConv1d)]
-        lefts = {conv.causal_padding for conv in convs}
-        if len(lefts) != 1:
-            raise ValueError(f"the estimator's causal convolutions need one kernel size, got {sorted(lefts)}")
-        self.left = lefts.pop()
-        self.conv: dict[nn.Module, tuple[int, int]] = {}
-        offset = 0
-        for conv in convs:
-            self.conv[conv] = (offset, offset + conv.in_channels)
-            offset += conv.in_channels
-        self.conv_channels = offset
-
-    def kv_shape(self, steps: int, rows: int, frames: int) -> tuple[int, ...]:
-        """[steps, blocks, k/v, rows, heads, frames, head_dim]"""
-        return (steps, len(self.attention), 2, rows, self.heads, frames, self.head_dim)
-
-    def tail_shape(self, steps: int, rows: int) -> tuple[int, ...]:
-        return (steps, rows, self.conv_channels, self.left)
-
-    def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype) -> int:
-        return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
-
-
-@dataclass
-class EstimatorState:
-    """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
-
-    Tails are float32 whatever the compute dtype (they may hold float32 activations under autocast). A
-    `shared` state (tensors owned by the prompt cache) is copied before its first write.
-    """
-
-    kv: torch.Tensor | None = None  # [steps, blocks, 2, 2, heads, capacity, head_dim]
-    length: int = 0
-    written: int = 0  # rows of `kv` holding computed values (>= length when a mark lay past the commit)
-    tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
-    mark_tails: torch.Tensor | None = None  # tails at the request's mark (prompt cache), when it had one
-    shared: bool = False
-
-    def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
-        """A private `kv` with room for `end` rows (x1.5 growth), keeping rows [0, length)."""
-        kv = self.kv
-        if kv is None or self.shared or kv.shape[5] < end or kv.dtype != like.dtype:
-            previous = 0 if kv is None else kv.shape[5]
-            capacity = max(end, previous + previous // 2, 64)
-            grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
-            if kv is not None and self.length:
-                grown[:, :, :, :, :, : self.length] = kv[:, :, :, :, :, : self.length]
-            self.kv, self.shared = grown, False
-        return self.kv
-
-    @property
-    def nbytes(self) -> int:
-        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.length].nbytes
-        return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
 
 
 @dataclass
@@ -129,125 +64,6 @@ class SolveRequest:
     @property
     def frames(self) -> int:
         return self.mu.shape[2]
-
-
-# -- the static-shape solve ------------------------------------------------------------------------------
-@dataclass
-class _Inputs:
-    """Per-batch inputs of `_solve`, all tensors so a captured graph reads them by address."""
-
-    x0: torch.Tensor  # [B, 80, n] noise
-    mu: torch.Tensor  # [B, 80, n]
-    cond: torch.Tensor  # [B, 80, n]
-    spks: torch.Tensor  # [B, 80]
-    bias: torch.Tensor  # [2B, 1, n, cap] additive attention bias
-    write: torch.Tensor  # [2B, n] int64: absolute frame of each query (where its K/V row goes)
-    keep: torch.Tensor  # [2B, left] int64: conv-tail columns to keep (the commit point)
-    mark: torch.Tensor  # [2B, left] int64: conv-tail columns at the mark
-    t: torch.Tensor  # [steps] time at each Euler step
-    dt: torch.Tensor  # [steps] its step size
-
-
-@dataclass
-class _Arena:
-    kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]
-    tails: torch.Tensor  # [steps, 2B, channels, left] float32
-    mark_tails: torch.Tensor
-
-
-def _conv(layout: Layout, tails, mark_tails, io: _Inputs, conv: CausalConv1d, x: torch.Tensor):
-    c0, c1 = layout.conv[conv]
-    full = torch.cat([tails[:, c0:c1].to(x.dtype), x], dim=2)
-    out = F.conv1d(full, conv.weight, conv.bias)
-    channels = c1 - c0
-    tails[:, c0:c1] = full.gather(2, io.keep[:, None, :].expand(-1, channels, -1))
-    mark_tails[:, c0:c1] = full.gather(2, io.mark[:, None, :].expand(-1, channels, -1))
-    return out
-
-
-def _block(ctx, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """CausalBlock1D (its masks are all ones when streaming)."""
-    for module in block.block:
-        x = _conv(*ctx, module, x) if isinstance(module, CausalConv1d) else module(x)
-    return x
-
-
-def _resnet(ctx, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    h = _block(ctx, resnet.block1, x) + resnet.mlp(t).unsqueeze(-1)
-    return _block(ctx, resnet.block2, h) + resnet.res_conv(x)
-
-
-def _attend(layout: Layout, kv: torch.Tensor, io: _Inputs, blocks: nn.ModuleList, x: torch.Tensor):
-    x = x.transpose(1, 2)
-    rows, n, _ = x.shape
-    where = io.write[:, None, :, None].expand(-1, layout.heads, -1, layout.head_dim)
-    for block in blocks:
-        attn = block.attn1
-        h = block.norm1(x)
-        q, k, v = (
-            proj(h).view(rows, n, attn.heads, -1).transpose(1, 2)
-            for proj in (attn.to_q, attn.to_k, attn.to_v)
-        )
-        cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]
-        cache[0].scatter_(2, where, k.to(cache.dtype))
-        cache[1].scatter_(2, where, v.to(cache.dtype))
-        out = F.scaled_dot_product_attention(q, cache[0].to(q.dtype), cache[1].to(q.dtype), attn_mask=io.bias)
-        x = x + attn.to_out[0](out.transpose(1, 2).reshape(rows, n, -1))
-        x = x + block.ff(block.norm3(x))
-    return x.transpose(1, 2)
-
-
-def _estimate(estimator, layout: Layout, arena: _Arena, step: int, io: _Inputs, x, mu, t, spks, cond):
-    """The estimator's streaming forward for one Euler step over the batch's new frames."""
-    kv = arena.kv[step]
-    ctx = (layout, arena.tails[step], arena.mark_tails[step], io)
-    t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
-    x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
-    hiddens = []
-    for resnet, blocks, down in estimator.down_blocks:
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
-        hiddens.append(x)
-        x = _conv(*ctx, down, x)
-    for resnet, blocks in estimator.mid_blocks:
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
-    for resnet, blocks, up in estimator.up_blocks:
-        x = torch.cat([x, hiddens.pop()], dim=1)
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
-        x = _conv(*ctx, up, x)
-    return estimator.final_proj(_block(ctx, estimator.final_block, x))
-
-
-def _interleave(conditional: torch.Tensor) -> torch.Tensor:
-    """[B, ...] -> [2B, ...]: each row followed by its unconditional (zero) twin."""
-    return torch.stack([conditional, torch.zeros_like(conditional)], dim=1).flatten(0, 1)
-
-
-def _solve(estimator, layout: Layout, rate: float, arena: _Arena, io: _Inputs) -> torch.Tensor:
-    """Euler steps with classifier-free guidance for every row; writes K/V and tails into the arena."""
-    x = io.x0
-    batch = x.shape[0]
-    mu, spks, cond = _interleave(io.mu), _interleave(io.spks), _interleave(io.cond)
-    for step in range(io.t.shape[0]):
-        t = io.t[step].expand(2 * batch)
-        twice = x.unsqueeze(1).expand(-1, 2, -1, -1).reshape(2 * batch, *x.shape[1:])  # no host sync
-        velocity = _estimate(estimator, layout, arena, step, io, twice, mu, t, spks, cond)
-        velocity = velocity.view(batch, 2, *velocity.shape[1:])
-        x = x + io.dt[step] * ((1.0 + rate) * velocity[:, 0] - rate * velocity[:, 1])
-    return x
-
-
-def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """t and dt per Euler step, accumulated exactly as `CausalConditionalCFM.solve_euler` does."""
-    t_span = cfm.time_span(steps, like)
-    t, dt = t_span[0], t_span[1] - t_span[0]
-    ts, dts = [], []
-    for step in range(1, steps + 1):
-        ts.append(t)
-        dts.append(dt)
-        t = t + dt
-        if step < steps:
-            dt = t_span[step + 1] - t
-    return torch.stack(ts), torch.stack(dts)
 
 
 # -- batching and graphs ---------------------------------------------------------------------------------
@@ -272,7 +88,7 @@ def _env_number(name: str, default: float) -> float:
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    io: _Inputs
+    io: SolveInputs
     output: torch.Tensor
 
 
@@ -310,7 +126,7 @@ class EstimatorSolver:
         self._queue: list[SolveRequest] = []
         self._busy = False
         self._condition = threading.Condition()
-        self._arena: _Arena | None = None
+        self._arena: WorkArena | None = None
         self._captured: dict[tuple, _Captured] = {}
         self._pool = None
         self._fingerprint: tuple | None = None
@@ -424,7 +240,7 @@ class EstimatorSolver:
                 return batch
             count = max(1, count // 2)
 
-    def _compatible(self, request: SolveRequest) -> _Arena | None:
+    def _compatible(self, request: SolveRequest) -> WorkArena | None:
         arena = self._arena
         if arena is None or arena.kv.device != request.mu.device:
             return None
@@ -463,12 +279,12 @@ class EstimatorSolver:
                 self._drop_graphs()
         if output is None:
             self._copy_in(batch, arena)
-            output = _solve(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
+            output = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
         self._copy_out(batch, arena, output)
         self.batches += 1
         self.requests += len(batch.requests)
 
-    def _arena_for(self, batch: _Batch, device: torch.device) -> _Arena:
+    def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
         """A view of the shared arena for this batch, (re)allocated when it is too small."""
         arena = self._compatible(batch.requests[0])
         rows = 2 * batch.rows
@@ -477,14 +293,14 @@ class EstimatorSolver:
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             self._arena = None
             self._drop_graphs()  # the old arena's graphs die with it
-            arena = self._arena = _Arena(
+            arena = self._arena = WorkArena(
                 torch.zeros(
                     self.layout.kv_shape(batch.steps, rows_total, cap), dtype=batch.dtype, device=device
                 ),
                 torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
                 torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
             )
-        return _Arena(
+        return WorkArena(
             arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows], arena.mark_tails[:, :rows]
         )
 
@@ -492,15 +308,15 @@ class EstimatorSolver:
         self._captured.clear()
         self._pool = None  # a pool whose graphs are all gone cannot take a new capture
 
-    def _temporary_arena(self, batch: _Batch, device: torch.device) -> _Arena:
+    def _temporary_arena(self, batch: _Batch, device: torch.device) -> WorkArena:
         rows = 2 * batch.rows
-        return _Arena(
+        return WorkArena(
             torch.zeros(self.layout.kv_shape(batch.steps, rows, batch.cap), dtype=batch.dtype, device=device),
             torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
             torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
         )
 
-    def _inputs(self, batch: _Batch, device: torch.device) -> _Inputs:
+    def _inputs(self, batch: _Batch, device: torch.device) -> SolveInputs:
         """The batch's inputs, padded to its bucket (padded rows: no frames, nothing visible but themselves)."""
         rows, n, dtype = batch.rows, batch.frames, batch.dtype
         x0 = torch.zeros(rows, 80, n, device=device, dtype=dtype)
@@ -534,7 +350,7 @@ class EstimatorSolver:
         bias = mask_to_bias(visible, dtype)[:, None].repeat_interleave(2, dim=0)
         left = torch.arange(self.layout.left)
         t, dt = euler_times(self.cfm, batch.steps, x0)
-        return _Inputs(
+        return SolveInputs(
             x0,
             mu,
             cond,
@@ -547,7 +363,7 @@ class EstimatorSolver:
             dt,
         )
 
-    def _copy_in(self, batch: _Batch, arena: _Arena) -> None:
+    def _copy_in(self, batch: _Batch, arena: WorkArena) -> None:
         for b, request in enumerate(batch.requests):
             state, rows = request.state, slice(2 * b, 2 * b + 2)
             if state.length != request.frame0:
@@ -561,7 +377,7 @@ class EstimatorSolver:
             else:
                 arena.tails[:, rows] = state.tails
 
-    def _copy_out(self, batch: _Batch, arena: _Arena, output: torch.Tensor) -> None:
+    def _copy_out(self, batch: _Batch, arena: WorkArena, output: torch.Tensor) -> None:
         for b, request in enumerate(batch.requests):
             state, rows = request.state, slice(2 * b, 2 * b + 2)
             start, commit = request.frame0, request.commit
@@ -574,7 +390,7 @@ class EstimatorSolver:
             state.mark_tails = None if request.mark is None else arena.mark_tails[:, rows].clone()
             request.result = output[b : b + 1, :, : request.frames].clone()
 
-    def _replay(self, batch: _Batch, arena: _Arena, io: _Inputs) -> torch.Tensor:
+    def _replay(self, batch: _Batch, arena: WorkArena, io: SolveInputs) -> torch.Tensor:
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
         if fingerprint != self._fingerprint:
@@ -588,14 +404,14 @@ class EstimatorSolver:
             self._copy_in(batch, arena)
             captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
             self.captures += 1
-        for name in _Inputs.__dataclass_fields__:
+        for name in SolveInputs.__dataclass_fields__:
             getattr(captured.io, name).copy_(getattr(io, name))
         self._copy_in(batch, arena)  # (again after a capture: its warm-up runs wrote into the arena)
         captured.graph.replay()
         return captured.output
 
-    def _capture(self, arena: _Arena, io: _Inputs, autocast_dtype) -> _Captured:
-        static = _Inputs(**{name: getattr(io, name).clone() for name in _Inputs.__dataclass_fields__})
+    def _capture(self, arena: WorkArena, io: SolveInputs, autocast_dtype) -> _Captured:
+        static = SolveInputs(**{name: getattr(io, name).clone() for name in SolveInputs.__dataclass_fields__})
         device = static.x0.device
         # autocast's weight-cast cache must not keep tensors from the capture alive outside the graph
         context = (
@@ -610,14 +426,14 @@ class EstimatorSolver:
             for _ in range(
                 1
             ):  # one eager pass first: lazy initialisation (cuBLAS handles) must not be captured
-                _solve(self.estimator, self.layout, rate, arena, static)
+                solve_batch(self.estimator, self.layout, rate, arena, static)
         torch.cuda.current_stream(device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         # thread_local: other takes' threads keep launching work (LM, HiFT) while this thread captures
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context:
-            output = _solve(self.estimator, self.layout, rate, arena, static)
+            output = solve_batch(self.estimator, self.layout, rate, arena, static)
         return _Captured(graph, static, output)
 
 

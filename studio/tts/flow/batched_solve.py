@@ -1,0 +1,209 @@
+"""The streaming estimator's Euler solve for a batch of takes, with static shapes (CUDA-graph capturable).
+
+Each take's estimator state (`EstimatorState`) is one tensor: the keys/values of every transformer block
+at every Euler step for its two classifier-free-guidance rows, plus the causal convolutions' left context.
+`solve_batch` runs all Euler steps for a batch of takes over a shared `WorkArena` into which their states
+were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
+attends through its own bias (chunk mask, and nothing at or past its last real frame), and keeps its
+conv tails at its own commit point and mark. Padding is exact: the convolutions are causal, the norms
+work per frame, and the bias hides padded keys from real frames. `EstimatorSolver` (tts/flow/solver.py)
+forms the batches and replays this as CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
+
+
+class Layout:
+    """Where each transformer block's keys/values and each causal conv's left context sit in a state."""
+
+    def __init__(self, estimator: CausalConditionalDecoder):
+        blocks = [
+            b
+            for level in (*estimator.down_blocks, *estimator.mid_blocks, *estimator.up_blocks)
+            for b in level[1]
+        ]
+        self.attention = {block.attn1: i for i, block in enumerate(blocks)}
+        first = blocks[0].attn1
+        self.heads = first.heads
+        self.head_dim = first.to_q.out_features // first.heads
+        convs = [m for m in estimator.modules() if isinstance(m, CausalConv1d)]
+        lefts = {conv.causal_padding for conv in convs}
+        if len(lefts) != 1:
+            raise ValueError(f"the estimator's causal convolutions need one kernel size, got {sorted(lefts)}")
+        self.left = lefts.pop()
+        self.conv: dict[nn.Module, tuple[int, int]] = {}
+        offset = 0
+        for conv in convs:
+            self.conv[conv] = (offset, offset + conv.in_channels)
+            offset += conv.in_channels
+        self.conv_channels = offset
+
+    def kv_shape(self, steps: int, rows: int, frames: int) -> tuple[int, ...]:
+        """[steps, blocks, k/v, rows, heads, frames, head_dim]"""
+        return (steps, len(self.attention), 2, rows, self.heads, frames, self.head_dim)
+
+    def tail_shape(self, steps: int, rows: int) -> tuple[int, ...]:
+        return (steps, rows, self.conv_channels, self.left)
+
+    def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype) -> int:
+        return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass
+class EstimatorState:
+    """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
+
+    Tails are float32 whatever the compute dtype (they may hold float32 activations under autocast). A
+    `shared` state (tensors owned by the prompt cache) is copied before its first write.
+    """
+
+    kv: torch.Tensor | None = None  # [steps, blocks, 2, 2, heads, capacity, head_dim]
+    length: int = 0
+    written: int = 0  # rows of `kv` holding computed values (>= length when a mark lay past the commit)
+    tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
+    mark_tails: torch.Tensor | None = None  # tails at the request's mark (prompt cache), when it had one
+    shared: bool = False
+
+    def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
+        """A private `kv` with room for `end` rows (x1.5 growth), keeping rows [0, length)."""
+        kv = self.kv
+        if kv is None or self.shared or kv.shape[5] < end or kv.dtype != like.dtype:
+            previous = 0 if kv is None else kv.shape[5]
+            capacity = max(end, previous + previous // 2, 64)
+            grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
+            if kv is not None and self.length:
+                grown[:, :, :, :, :, : self.length] = kv[:, :, :, :, :, : self.length]
+            self.kv, self.shared = grown, False
+        return self.kv
+
+    @property
+    def nbytes(self) -> int:
+        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.length].nbytes
+        return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
+
+
+@dataclass
+class SolveInputs:
+    """Per-batch inputs of `_solve`, all tensors so a captured graph reads them by address."""
+
+    x0: torch.Tensor  # [B, 80, n] noise
+    mu: torch.Tensor  # [B, 80, n]
+    cond: torch.Tensor  # [B, 80, n]
+    spks: torch.Tensor  # [B, 80]
+    bias: torch.Tensor  # [2B, 1, n, cap] additive attention bias
+    write: torch.Tensor  # [2B, n] int64: absolute frame of each query (where its K/V row goes)
+    keep: torch.Tensor  # [2B, left] int64: conv-tail columns to keep (the commit point)
+    mark: torch.Tensor  # [2B, left] int64: conv-tail columns at the mark
+    t: torch.Tensor  # [steps] time at each Euler step
+    dt: torch.Tensor  # [steps] its step size
+
+
+@dataclass
+class WorkArena:
+    kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]
+    tails: torch.Tensor  # [steps, 2B, channels, left] float32
+    mark_tails: torch.Tensor
+
+
+def _conv(layout: Layout, tails, mark_tails, io: SolveInputs, conv: CausalConv1d, x: torch.Tensor):
+    c0, c1 = layout.conv[conv]
+    full = torch.cat([tails[:, c0:c1].to(x.dtype), x], dim=2)
+    out = F.conv1d(full, conv.weight, conv.bias)
+    channels = c1 - c0
+    tails[:, c0:c1] = full.gather(2, io.keep[:, None, :].expand(-1, channels, -1))
+    mark_tails[:, c0:c1] = full.gather(2, io.mark[:, None, :].expand(-1, channels, -1))
+    return out
+
+
+def _block(ctx, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """CausalBlock1D (its masks are all ones when streaming)."""
+    for module in block.block:
+        x = _conv(*ctx, module, x) if isinstance(module, CausalConv1d) else module(x)
+    return x
+
+
+def _resnet(ctx, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    h = _block(ctx, resnet.block1, x) + resnet.mlp(t).unsqueeze(-1)
+    return _block(ctx, resnet.block2, h) + resnet.res_conv(x)
+
+
+def _attend(layout: Layout, kv: torch.Tensor, io: SolveInputs, blocks: nn.ModuleList, x: torch.Tensor):
+    x = x.transpose(1, 2)
+    rows, n, _ = x.shape
+    where = io.write[:, None, :, None].expand(-1, layout.heads, -1, layout.head_dim)
+    for block in blocks:
+        attn = block.attn1
+        h = block.norm1(x)
+        q, k, v = (
+            proj(h).view(rows, n, attn.heads, -1).transpose(1, 2)
+            for proj in (attn.to_q, attn.to_k, attn.to_v)
+        )
+        cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]
+        cache[0].scatter_(2, where, k.to(cache.dtype))
+        cache[1].scatter_(2, where, v.to(cache.dtype))
+        out = F.scaled_dot_product_attention(q, cache[0].to(q.dtype), cache[1].to(q.dtype), attn_mask=io.bias)
+        x = x + attn.to_out[0](out.transpose(1, 2).reshape(rows, n, -1))
+        x = x + block.ff(block.norm3(x))
+    return x.transpose(1, 2)
+
+
+def _estimate(estimator, layout: Layout, arena: WorkArena, step: int, io: SolveInputs, x, mu, t, spks, cond):
+    """The estimator's streaming forward for one Euler step over the batch's new frames."""
+    kv = arena.kv[step]
+    ctx = (layout, arena.tails[step], arena.mark_tails[step], io)
+    t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
+    x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
+    hiddens = []
+    for resnet, blocks, down in estimator.down_blocks:
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        hiddens.append(x)
+        x = _conv(*ctx, down, x)
+    for resnet, blocks in estimator.mid_blocks:
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+    for resnet, blocks, up in estimator.up_blocks:
+        x = torch.cat([x, hiddens.pop()], dim=1)
+        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        x = _conv(*ctx, up, x)
+    return estimator.final_proj(_block(ctx, estimator.final_block, x))
+
+
+def _interleave(conditional: torch.Tensor) -> torch.Tensor:
+    """[B, ...] -> [2B, ...]: each row followed by its unconditional (zero) twin."""
+    return torch.stack([conditional, torch.zeros_like(conditional)], dim=1).flatten(0, 1)
+
+
+def solve_batch(estimator, layout: Layout, rate: float, arena: WorkArena, io: SolveInputs) -> torch.Tensor:
+    """Euler steps with classifier-free guidance for every row; writes K/V and tails into the arena."""
+    x = io.x0
+    batch = x.shape[0]
+    mu, spks, cond = _interleave(io.mu), _interleave(io.spks), _interleave(io.cond)
+    for step in range(io.t.shape[0]):
+        t = io.t[step].expand(2 * batch)
+        twice = x.unsqueeze(1).expand(-1, 2, -1, -1).reshape(2 * batch, *x.shape[1:])  # no host sync
+        velocity = _estimate(estimator, layout, arena, step, io, twice, mu, t, spks, cond)
+        velocity = velocity.view(batch, 2, *velocity.shape[1:])
+        x = x + io.dt[step] * ((1.0 + rate) * velocity[:, 0] - rate * velocity[:, 1])
+    return x
+
+
+def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """t and dt per Euler step, accumulated exactly as `CausalConditionalCFM.solve_euler` does."""
+    t_span = cfm.time_span(steps, like)
+    t, dt = t_span[0], t_span[1] - t_span[0]
+    ts, dts = [], []
+    for step in range(1, steps + 1):
+        ts.append(t)
+        dts.append(dt)
+        t = t + dt
+        if step < steps:
+            dt = t_span[step + 1] - t
+    return torch.stack(ts), torch.stack(dts)
