@@ -30,21 +30,22 @@ install() {
   { time python3 -m studio make-model --size full /tmp/full; } >"$out/make-model.log" 2>&1
   tail -4 "$out/make-model.log"
 }
+bench_vllm_fp16() {  # $1: seconds allowed
+  timeout "$1" "${bench[@]}" --backends vllm --fp16 --runs 2 --json "$out/bench-vllm-$tag.json" \
+    >"$out/bench-vllm-$tag.log" 2>&1
+  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
+}
 case $step in
 G1)  # after the four part-copy calls: install, model, flow-solver check, vLLM bench (fp16 flow/HiFT)
   install
   timeout 150 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --streams 1,16 \
     --json "$out/flow-solver-h200.json" >"$out/flow-solver.log" 2>&1
   grep -E "^(PASS|FAIL|info|\{|torch|peak)|rror" "$out/flow-solver.log" | cut -c1-220
-  timeout 330 "${bench[@]}" --backends vllm --fp16 --runs 2 --json "$out/bench-vllm-$tag.json" \
-    >"$out/bench-vllm-$tag.log" 2>&1
-  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
+  bench_vllm_fp16 330
   ;;
 G3)  # after the four part-copy calls, when little device time is left: install, model, vLLM bench only
   install
-  timeout 300 "${bench[@]}" --backends vllm --fp16 --runs 2 --json "$out/bench-vllm-$tag.json" \
-    >"$out/bench-vllm-$tag.log" 2>&1
-  grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
+  bench_vllm_fp16 300
   ;;
 G2)  # same warm machine: PyTorch bench (same takes, fp16), then the vLLM checks of CI on the GPU
   export CONCURRENCY=${CONCURRENCY:-1,4,16}
@@ -65,14 +66,7 @@ F)  # everything that matters in one call, most important first (what finishes c
   grep -E "passed|failed|Error" "$out/pytest-vllm.log" | tail -8
   ;;
 A)
-  bash .gpu/c5/install-on-gpu >/dev/null || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  bash scripts/gpu/setup-studio.sh >/dev/null
-  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-    python3 -c "import torch, vllm, transformers as t; print(torch.__version__, vllm.__version__, t.__version__)"
-  } | tee "$out/gpu.txt"
-  { time python3 -m studio make-model --size full /tmp/full; } >"$out/make-model.log" 2>&1
-  tail -4 "$out/make-model.log"
+  install
   python3 scripts/gpu/vllm_smoke.py >"$out/smoke.log" 2>&1
   grep -E "^(PASS|FAIL|first)" "$out/smoke.log"
   python3 -m pytest tests/vllm -q -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1

@@ -171,23 +171,21 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
     from studio.engine.runner import run_take
 
     takes, throughput = [], []
-    counters_before = None
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
-        for _ in range(warmup_rounds):
+
+        def one_round() -> list:
             futures = [
                 pool.submit(run_take, loaded.model, make_request(i), backend=loaded.backend)
                 for i in range(concurrency)
             ]
-            for future in futures:
-                future.result()
+            return [f.result() for f in futures]
+
+        for _ in range(warmup_rounds):
+            one_round()
         counters_before = flow_counters(loaded)
         for _ in range(runs):
             start = time.perf_counter()
-            futures = [
-                pool.submit(run_take, loaded.model, make_request(i), backend=loaded.backend)
-                for i in range(concurrency)
-            ]
-            round_takes = [f.result() for f in futures]
+            round_takes = one_round()
             wall = time.perf_counter() - start
             takes.extend(round_takes)
             throughput.append(sum(t.audio_seconds for t in round_takes) / wall)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from studio.tts.cuda_graphs import capture_graph
 from studio.tts.hift_source import SourceNoise, draw_source_noise
 
 log = logging.getLogger(__name__)
@@ -93,18 +94,5 @@ class HiftGraphs:
 
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured:
         static = tuple(tensor.clone() for tensor in inputs)
-        device = static[0].device
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self._run(
-                static
-            )  # one eager pass: lazy initialisation (FFT plans, windows) stays out of the graph
-        torch.cuda.current_stream(device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: other takes' threads keep launching work (LM, flow) while this thread captures
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            outputs = self._run(static)
+        graph, outputs, self._pool = capture_graph(lambda: self._run(static), static[0].device, self._pool)
         return _Captured(graph, static, outputs)

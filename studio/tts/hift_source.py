@@ -16,13 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _uniform(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Uniform [0, 1) float32 noise on `like`'s device, from `generator` when given."""
+def _uniform(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """Uniform [0, 1) float32 noise on `device`, from `generator` when given."""
     if generator is None:
-        return torch.rand(shape, device=like.device, dtype=torch.float32)
-    return torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float32).to(
-        like.device
-    )
+        return torch.rand(shape, device=device, dtype=torch.float32)
+    return torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float32).to(device)
 
 
 def _normal_like(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -56,13 +54,10 @@ def draw_source_noise(
         noise = torch.empty_strided(shape, strides, dtype=torch.float32, device=gen_device)
         return noise.normal_(generator=generator)
 
-    if generator is None:
-        phase = torch.rand((batch, harmonics), device=device, dtype=torch.float32)
-    else:
-        phase = torch.rand((batch, harmonics), generator=generator, device=gen_device, dtype=torch.float32)
+    phase = _uniform((batch, harmonics), device, generator)
     sine = normal(harmonics)
     unused = normal(1)
-    return SourceNoise(phase.to(device), sine.to(device), unused.to(device))
+    return SourceNoise(phase, sine.to(device), unused.to(device))
 
 
 class SineGen2(nn.Module):
@@ -90,7 +85,7 @@ class SineGen2(nn.Module):
     ) -> torch.Tensor:
         rad_values = (f0_values / self.sampling_rate) % 1
         if phase is None:
-            phase = _uniform((f0_values.shape[0], f0_values.shape[2]), f0_values, generator)
+            phase = _uniform((f0_values.shape[0], f0_values.shape[2]), f0_values.device, generator)
         initial_phase = phase.clone()
         initial_phase[:, 0] = 0
         rad_values[:, 0, :] = rad_values[:, 0, :] + initial_phase

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from studio.tts.cuda_graphs import autocast_context, capture_graph
+
 
 def pad_frames(tensor: torch.Tensor, frames: int) -> torch.Tensor:
     """Zero-pad the last (time) axis of `tensor` to `frames`."""
@@ -91,22 +93,12 @@ class EstimatorGraphs:
 
     def _capture(self, inputs: tuple[torch.Tensor, ...], streaming: bool, autocast: bool) -> _CapturedStep:
         static = tuple(tensor.clone() for tensor in inputs)
-        # autocast's weight-cast cache must not keep tensors from the capture alive outside the graph
-        context = (
-            torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
-            if autocast
-            else torch.autocast("cuda", enabled=False)
+        context = autocast_context(torch.get_autocast_dtype("cuda") if autocast else None)
+        graph, output, self._pool = capture_graph(
+            lambda: self.estimator(*static, streaming=streaming),
+            static[0].device,
+            self._pool,
+            context,
+            self.warmup,
         )
-        side = torch.cuda.Stream(device=static[0].device)
-        side.wait_stream(torch.cuda.current_stream(static[0].device))
-        with torch.cuda.stream(side), context:
-            for _ in range(self.warmup):
-                self.estimator(*static, streaming=streaming)
-        torch.cuda.current_stream(static[0].device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: other takes' threads keep launching work (LM, HiFT) while this thread captures
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context:
-            output = self.estimator(*static, streaming=streaming)
         return _CapturedStep(graph, static, output)

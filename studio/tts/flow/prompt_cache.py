@@ -99,6 +99,12 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
     return frozen
 
 
+def _frozen_estimator_bytes(state: EstimatorState, rows: int) -> int:
+    """What `_freeze_estimator(state, rows)` would keep, in bytes, without copying anything."""
+    kv = 0 if state.kv is None else state.kv[:, :, :, :, :, :rows].nbytes
+    return kv + (0 if state.mark_tails is None else state.mark_tails.nbytes)
+
+
 def snapshot(flow: IncrementalFlow, boundary: int) -> PromptSnapshot:
     """Freeze `flow`'s state after `boundary` tokens: its last call ran with ``mark == boundary``."""
     ratio = flow.flow.token_mel_ratio
@@ -276,10 +282,8 @@ class PromptFlowCache:
         rows = boundary * flow.flow.token_mel_ratio
         stores = [(flow.token_store, boundary), (flow.encoder_store, rows)]
         estimator = flow.estimator_state
-        estimator_bytes = sum(t.nbytes for t in (estimator.mark_tails,) if t is not None)
-        if estimator.kv is not None:
-            estimator_bytes += estimator.kv[:, :, :, :, :, :rows].nbytes
-        if sum(_frozen_bytes(store, rows) for store, rows in stores) + estimator_bytes > self.max_bytes:
+        needed = sum(_frozen_bytes(store, rows) for store, rows in stores)
+        if needed + _frozen_estimator_bytes(estimator, rows) > self.max_bytes:
             for store, _ in stores:  # too big to keep: don't copy it, and drop the request's marked tails
                 for mark in [k for k in store if isinstance(k, tuple) and k[0] == "mark"]:
                     del store[mark]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from studio.tts.cuda_graphs import autocast_context, capture_graph
 from studio.tts.flow.batched_solve import (
     EstimatorState,
     Layout,
@@ -265,7 +266,10 @@ class EstimatorSolver:
     # -- one batch ------------------------------------------------------------------------------------
     def _run(self, batch: _Batch) -> None:
         device = batch.requests[0].mu.device
-        arena = self._temporary_arena(batch, device) if batch.oversize else self._arena_for(batch, device)
+        if batch.oversize:  # a temporary arena of the exact size, freed after
+            arena = self._allocate(batch, 2 * batch.rows, batch.cap, device)
+        else:
+            arena = self._arena_for(batch, device)
         io = self._inputs(batch, device)
         output = None
         if self.graphs and device.type == "cuda" and not batch.oversize:
@@ -293,13 +297,7 @@ class EstimatorSolver:
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             self._arena = None
             self._drop_graphs()  # the old arena's graphs die with it
-            arena = self._arena = WorkArena(
-                torch.zeros(
-                    self.layout.kv_shape(batch.steps, rows_total, cap), dtype=batch.dtype, device=device
-                ),
-                torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
-                torch.zeros(self.layout.tail_shape(batch.steps, rows_total), device=device),
-            )
+            arena = self._arena = self._allocate(batch, rows_total, cap, device)
         return WorkArena(
             arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows], arena.mark_tails[:, :rows]
         )
@@ -308,12 +306,13 @@ class EstimatorSolver:
         self._captured.clear()
         self._pool = None  # a pool whose graphs are all gone cannot take a new capture
 
-    def _temporary_arena(self, batch: _Batch, device: torch.device) -> WorkArena:
-        rows = 2 * batch.rows
+    def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
+        """A zeroed arena of `rows` CFG rows and `cap` context frames (tails in float32)."""
+        tails = self.layout.tail_shape(batch.steps, rows)
         return WorkArena(
-            torch.zeros(self.layout.kv_shape(batch.steps, rows, batch.cap), dtype=batch.dtype, device=device),
-            torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
-            torch.zeros(self.layout.tail_shape(batch.steps, rows), device=device),
+            torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
+            torch.zeros(tails, device=device),
+            torch.zeros(tails, device=device),
         )
 
     def _inputs(self, batch: _Batch, device: torch.device) -> SolveInputs:
@@ -401,39 +400,23 @@ class EstimatorSolver:
         key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
         captured = self._captured.get(key)
         if captured is None:
-            self._copy_in(batch, arena)
             captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
             self.captures += 1
         for name in SolveInputs.__dataclass_fields__:
             getattr(captured.io, name).copy_(getattr(io, name))
-        self._copy_in(batch, arena)  # (again after a capture: its warm-up runs wrote into the arena)
+        self._copy_in(batch, arena)  # after any capture: its warm-up pass wrote into the arena
         captured.graph.replay()
         return captured.output
 
     def _capture(self, arena: WorkArena, io: SolveInputs, autocast_dtype) -> _Captured:
         static = SolveInputs(**{name: getattr(io, name).clone() for name in SolveInputs.__dataclass_fields__})
-        device = static.x0.device
-        # autocast's weight-cast cache must not keep tensors from the capture alive outside the graph
-        context = (
-            torch.autocast("cuda", dtype=autocast_dtype, cache_enabled=False)
-            if autocast_dtype is not None
-            else torch.autocast("cuda", enabled=False)
-        )
         rate = self.cfm.inference_cfg_rate
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side), context:
-            for _ in range(
-                1
-            ):  # one eager pass first: lazy initialisation (cuBLAS handles) must not be captured
-                solve_batch(self.estimator, self.layout, rate, arena, static)
-        torch.cuda.current_stream(device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: other takes' threads keep launching work (LM, HiFT) while this thread captures
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context:
-            output = solve_batch(self.estimator, self.layout, rate, arena, static)
+        graph, output, self._pool = capture_graph(
+            lambda: solve_batch(self.estimator, self.layout, rate, arena, static),
+            static.x0.device,
+            self._pool,
+            autocast_context(autocast_dtype),
+        )
         return _Captured(graph, static, output)
 
 
