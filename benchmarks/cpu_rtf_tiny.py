@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "tts"))
 
 
 def tiny_folder() -> Path:
-    from studio.tts.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
+    from studio.tts.fabricate.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
 
     folder = REPO / ".cache" / "test-models" / f"tiny-v{BUILDER_VERSION}-{source_fingerprint()}"
     if not (folder / "README.md").is_file():
@@ -129,7 +129,7 @@ def main() -> int:
 
 def same_voice(model, prompt, args) -> int:
     """Streaming takes in pairs with one voice: the first fills the prompt cache, the second reuses it."""
-    from studio.tts.flow.prompt_cache import default_cache
+    from studio.tts.flow.streaming.prompt_cache import default_cache
 
     cache = default_cache(model.model.device)
     print(f"prompt cache: {'off' if cache is None else f'{cache.max_bytes / 2**20:.0f} MB'}")
@@ -154,8 +154,8 @@ def flow_only(model, prompt, args) -> int:
     """The first streamed chunk's flow (prompt + hop + lookahead tokens), interleaved runs, median."""
     import torch
 
-    from studio.tts.flow.incremental import IncrementalFlow
-    from studio.tts.flow.prompt_cache import PromptFlowCache
+    from studio.tts.flow.streaming.incremental import IncrementalFlow
+    from studio.tts.flow.streaming.prompt_cache import PromptFlowCache
 
     features = model.model.frontend.prompt_features(prompt, 16000)
     inputs = dict(

@@ -23,9 +23,10 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=100)
     args = parser.parse_args()
 
+    from studio.model_layout import BLANKEN_DIR, YAML_FILE
     from studio.tts.config import read_config
-    from studio.tts.llm import TorchTokenBackend
-    from studio.tts.loader import BLANKEN_DIR, YAML_FILE, load_flow, load_hift, load_llm
+    from studio.tts.llm.torch_backend import TorchTokenBackend
+    from studio.tts.loader import load_flow, load_hift, load_llm
     from studio.tts.token2wav import Token2WavStream
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio import envs
 from studio.atomic_files import atomic_write_bytes
 from studio.user_dirs import user_dir
+from studio.vllm_options import VLLM_DEFAULTS, VLLM_OPTION_NAMES, VLLM_OPTIONS
 
 SETTINGS_FILE = "settings.json"
 BACKENDS = ("pytorch", "vllm")
-VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 class SettingsWarning(UserWarning):
@@ -35,14 +36,14 @@ class SettingsWarning(UserWarning):
 
 def config_dir() -> Path:
     """The folder holding settings.json (``$STUDIO_CONFIG_DIR`` overrides the platform default)."""
-    path = user_dir("STUDIO_CONFIG_DIR", "user_config_dir")
+    path = user_dir(envs.CONFIG_DIR, "user_config_dir")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def data_dir() -> Path:
     """The folder for takes, saved voices and logs (``$STUDIO_DATA_DIR`` overrides the default)."""
-    path = user_dir("STUDIO_DATA_DIR", "user_data_dir")
+    path = user_dir(envs.DATA_DIR, "user_data_dir")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -59,13 +60,13 @@ class Settings:
     output_dir: str = ""  # empty: data_dir()/takes
     backend: str = "vllm"  # "pytorch" | "vllm" (vLLM falls back to PyTorch only with a reported reason)
     fp16: bool = False
-    # vLLM engine options
-    gpu_memory_utilization: float = 0.2
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int = 4096
-    enforce_eager: bool = False
-    dtype: str = "auto"
-    max_model_len: int = 4096
+    # vLLM engine options: one field per entry of studio.vllm_options.VLLM_OPTIONS (checked there)
+    gpu_memory_utilization: float = VLLM_DEFAULTS["gpu_memory_utilization"]
+    max_num_seqs: int = VLLM_DEFAULTS["max_num_seqs"]
+    max_num_batched_tokens: int = VLLM_DEFAULTS["max_num_batched_tokens"]
+    enforce_eager: bool = VLLM_DEFAULTS["enforce_eager"]
+    dtype: str = VLLM_DEFAULTS["dtype"]
+    max_model_len: int = VLLM_DEFAULTS["max_model_len"]
     # audio
     audio_input_device: str = ""  # empty: system default
     audio_output_device: str = ""
@@ -77,13 +78,8 @@ class Settings:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
-        if self.dtype not in VLLM_DTYPES:
-            raise ValueError(f"dtype must be one of {VLLM_DTYPES}, not {self.dtype!r}")
-        if not 0.0 < float(self.gpu_memory_utilization) <= 1.0:
-            raise ValueError("gpu_memory_utilization must be in (0, 1]")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive integer")
+        for option in VLLM_OPTIONS:
+            option.check(getattr(self, option.name))
 
     def resolved_output_dir(self) -> Path:
         """The folder new takes go to (``output_dir`` or the data folder's ``takes``)."""
@@ -91,14 +87,7 @@ class Settings:
 
     def vllm_options(self) -> dict[str, Any]:
         """The keyword arguments CosyVoice2(..., **vllm_options) takes for the vLLM engine."""
-        return {
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "enforce_eager": self.enforce_eager,
-            "dtype": self.dtype,
-            "max_model_len": self.max_model_len,
-        }
+        return {name: getattr(self, name) for name in VLLM_OPTION_NAMES}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

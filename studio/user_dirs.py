@@ -6,17 +6,18 @@ One rule for every folder (settings, data, cache), so tests and CI can move them
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from studio.envs import EnvVar
 
 APP_NAME = "cosyvoice-studio"
 
 
-def user_dir(env_var: str, platform_kind: str) -> Path:
-    """``$env_var`` when set, else platformdirs' ``platform_kind`` folder ("user_data_dir", ...)."""
-    override = os.environ.get(env_var)
-    if override:
-        return Path(override).expanduser()
+def user_dir(var: EnvVar, platform_kind: str) -> Path:
+    """``$var`` when set, else platformdirs' ``platform_kind`` folder ("user_data_dir", ...)."""
+    override = var.path()
+    if override is not None:
+        return override
     import platformdirs
 
     return Path(getattr(platformdirs, platform_kind)(APP_NAME, appauthor=False))

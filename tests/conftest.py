@@ -22,7 +22,7 @@ def tiny_model_dir() -> Path:
     Built into a private folder and renamed into place, so concurrent test runs never see half a folder.
     Treat it as read-only: tests that change files must copy it first.
     """
-    from studio.tts.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
+    from studio.tts.fabricate.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
 
     target = TEST_MODELS / f"tiny-v{BUILDER_VERSION}-{source_fingerprint()}"
     if not (target / "README.md").is_file():

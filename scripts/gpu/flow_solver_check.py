@@ -1,4 +1,4 @@
-"""GPU check and timing of the streaming flow's batched solve (tts/flow/solver.py) on a model folder.
+"""GPU check and timing of the streaming flow's batched solve (tts/flow/streaming/solver.py) on a model folder.
 
 For float32 and float16 weights: (1) streams rendered through the CUDA-graph solver equal the eager solver
 (same chunks, solved one take at a time, exact shapes); (2) the time per streamed chunk when 1, 4 or 16 takes
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import torch
 
+from studio.model_layout import BLANKEN_DIR, YAML_FILE
 from studio.tts.config import read_config
-from studio.tts.flow.incremental import IncrementalFlow
-from studio.tts.flow.prompt_cache import PromptFlowCache
-from studio.tts.flow.solver import EstimatorSolver
-from studio.tts.loader import BLANKEN_DIR, YAML_FILE, load_flow
+from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.flow.streaming.prompt_cache import PromptFlowCache
+from studio.tts.flow.streaming.solver import EstimatorSolver
+from studio.tts.loader import attach_cuda_graphs, load_flow
 
 PROMPT_TOKENS, TAKE_TOKENS = 75, 103
 
@@ -74,7 +75,7 @@ def concurrent(flow, inputs, streams: int, cache) -> float:
 
 def use(flow, solver: EstimatorSolver) -> EstimatorSolver:
     flow.decoder._solver = solver
-    flow.use_cuda_graphs(solver.graphs)
+    attach_cuda_graphs(flow, None, solver.graphs)
     return solver
 
 

@@ -1,7 +1,7 @@
 """LLM stage alone, vLLM vs PyTorch: time to first token, per-token decode time, aggregate tokens/s.
 
-Builds a seeded random CosyVoice2 LM (tiny or full-size), exports it through studio.tts.vllm_export,
-serves it with studio.tts.vllm_llm (plugin path, V1 multiprocessing on) and writes one JSON.
+Builds a seeded random CosyVoice2 LM (tiny or full-size), exports it through studio.tts.llm.vllm.export,
+serves it with studio.tts.llm.vllm.backend (plugin path, V1 multiprocessing on) and writes one JSON.
 Usage: python scripts/gpu/vllm_llm_bench.py --size full --json out.json [--concurrency 1,4,16,32,128]
 Speech tokens are 25 per audio second, so tokens/s / 25 = audio-s of tokens per s (LLM only).
 """
@@ -62,7 +62,7 @@ def measure(backend, prompt, concurrency, n_tokens, sampling):
 def torch_path(lm, prompt, n_tokens, sampling):
     import torch
 
-    from studio.tts.llm import TorchTokenBackend
+    from studio.tts.llm.torch_backend import TorchTokenBackend
 
     cancel = threading.Event()
     backend = TorchTokenBackend(lm)
@@ -85,8 +85,8 @@ def main() -> None:
     import torch
     from random_lm import FULL_QWEN2, TINY_QWEN2, build_lm, write_llm_pt
 
-    from studio.tts.sampling import RasSampling
-    from studio.tts.vllm_llm import create_vllm_backend
+    from studio.tts.llm.sampling import RasSampling
+    from studio.tts.llm.vllm.backend import create_vllm_backend
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=["tiny", "full"], default="full")

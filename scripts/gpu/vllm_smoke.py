@@ -17,9 +17,9 @@ def main() -> int:
     import torch
     from random_lm import TINY_QWEN2, build_lm, write_llm_pt
 
-    from studio.tts.llm import TorchTokenBackend
-    from studio.tts.sampling import RasSampling
-    from studio.tts.vllm_llm import create_vllm_backend
+    from studio.tts.llm.sampling import RasSampling
+    from studio.tts.llm.torch_backend import TorchTokenBackend
+    from studio.tts.llm.vllm.backend import create_vllm_backend
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     lm = build_lm(TINY_QWEN2, device=device)
@@ -65,7 +65,7 @@ def top2_gap(lm, prompt, tokens: list[int], step: int) -> float:
     """How close to a tie the PyTorch path's choice was at `step` (a near-tie flips on kernel rounding)."""
     import torch
 
-    from studio.tts.llm import TorchDecodeSession
+    from studio.tts.llm.torch_backend import TorchDecodeSession
 
     session = TorchDecodeSession(lm, prompt)
     for token in tokens[:step]:

@@ -154,7 +154,7 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 def flow_counters(loaded) -> dict[str, int]:
     """The streaming flow solver's counters (how chunks batched, graphs captured), if the model has one."""
-    from studio.tts.flow.solver import solver_stats
+    from studio.tts.flow.streaming.solver import solver_stats
 
     flow = getattr(getattr(loaded.model, "model", None), "flow", None)
     return solver_stats(flow) if flow is not None else {}

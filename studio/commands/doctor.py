@@ -15,17 +15,9 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from studio.model_layout import REQUIRED_FILES, missing_files
+
 PASS, WARN, FAIL = "pass", "warn", "fail"
-#: Files every CosyVoice2 folder has (relative paths).
-MODEL_FILES = (
-    "cosyvoice2.yaml",
-    "llm.pt",
-    "flow.pt",
-    "hift.pt",
-    "campplus.onnx",
-    "speech_tokenizer_v2.onnx",
-    "CosyVoice-BlankEN/config.json",
-)
 #: (compute capability major, minor) -> (minimum torch, minimum CUDA) for that architecture.
 ARCH_NEEDS = {(12, 0): ((2, 7), (12, 8)), (10, 0): ((2, 7), (12, 8)), (9, 0): ((2, 0), (11, 8))}
 MIN_FREE_VRAM_GIB = 4.0
@@ -242,7 +234,7 @@ def check_model(folder: str | None) -> Check:
     path = Path(folder).expanduser()
     if not path.is_dir():
         return Check("model", FAIL, f"{path} is not a folder", "cosyvoice-studio download --to DIR")
-    missing = [name for name in MODEL_FILES if not (path / name).is_file()]
+    missing = missing_files(path)
     if missing:
         return Check(
             "model",
@@ -251,7 +243,7 @@ def check_model(folder: str | None) -> Check:
             "the download is incomplete: run cosyvoice-studio download --to DIR again (it resumes)",
         )
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**30
-    return Check("model", PASS, f"{path}: all {len(MODEL_FILES)} required files ({size:.2f} GiB)")
+    return Check("model", PASS, f"{path}: all {len(REQUIRED_FILES)} required files ({size:.2f} GiB)")
 
 
 def run_checks(model: str | None) -> list[Check]:

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.tts.builder import BuildError, build_model_folder, folder_size_bytes
+    from studio.tts.fabricate.builder import BuildError, build_model_folder, folder_size_bytes
 
     started = time.perf_counter()
     try:

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from studio import envs
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -82,7 +84,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
 
     try:
         return _synth(args)
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # an internal failure: one clear line, the traceback on request
-        if os.environ.get("STUDIO_DEBUG"):
+        if envs.DEBUG.enabled():
             raise
         print(
             f"error: synthesis failed: {type(exc).__name__}: {exc} (STUDIO_DEBUG=1 shows the traceback)",
@@ -103,7 +104,7 @@ def _synth(args: argparse.Namespace) -> int:
     import numpy as np
 
     from studio.engine import runner
-    from studio.engine.protocol import SAMPLE_RATE, Synthesize
+    from studio.engine.protocol import Synthesize
     from studio.engine.warmup import warmup_request
 
     if not Path(args.model).is_dir():
@@ -144,9 +145,10 @@ def _synth(args: argparse.Namespace) -> int:
     if audio.size == 0:
         raise ValueError("the model produced no audio")
     out = Path(args.out)
-    for warning in write_wav(out, audio, SAMPLE_RATE):
+    rate = runner.output_rate(loaded.model)
+    for warning in write_wav(out, audio, rate):
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"wrote {out} ({stats.audio_seconds:.2f} s of audio at {SAMPLE_RATE} Hz)")
+    print(f"wrote {out} ({stats.audio_seconds:.2f} s of audio at {rate} Hz)")
     print(f"first-chunk latency: {stats.first_chunk_latency * 1000:.0f} ms")
     print(
         f"RTF: {stats.rtf:.3f} ({stats.total_seconds:.2f} s for {stats.audio_seconds:.2f} s, "

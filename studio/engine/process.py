@@ -24,7 +24,6 @@ from typing import Any
 from studio import __version__
 from studio.engine.protocol import (
     PROTOCOL_VERSION,
-    SAMPLE_RATE,
     AudioChunk,
     Cancel,
     EngineState,
@@ -78,7 +77,7 @@ class Engine:
         self._send_lock = threading.Lock()
         self._takes_lock = threading.RLock()  # held while BUSY/READY is decided and sent
         self._takes: dict[str, tuple[threading.Thread, threading.Event]] = {}
-        self.loaded: Any = None  # runner.LoadedModel
+        self.loaded: Any = None  # runner.EngineModel
         self._state = EngineState.STARTING
         self._ready_state: State | None = None
         self._loaded_request: LoadModel | None = None  # what self.loaded was made from
@@ -183,10 +182,11 @@ class Engine:
 
         loaded = self.loaded
         index = 0
+        sample_rate = runner.output_rate(loaded.model)
 
         def on_chunk(samples: Any) -> None:
             nonlocal index
-            self.send(AudioChunk(request.request_id, index, samples, SAMPLE_RATE))
+            self.send(AudioChunk(request.request_id, index, samples, sample_rate))
             index += 1
 
         def on_progress(tokens: int, audio_seconds: float) -> None:

@@ -16,7 +16,7 @@ A load that fails answers ``Error(None, ...)`` and ``State(ERROR)`` (the process
 already loaded answers ``State(READY)`` at once. The backend actually used is in ``State.backend``, and
 ``State.backend_reason`` says why when vLLM was asked for but PyTorch runs.
 Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``.
-Audio is float32 mono at ``SAMPLE_RATE`` (24 kHz). All numbers in seconds unless named otherwise.
+Audio is float32 mono; each ``AudioChunk`` carries its rate (``SAMPLE_RATE``, 24 kHz, for CosyVoice2). All numbers in seconds unless named otherwise.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from studio.request import SAMPLE_RATE, Mode, RequestError, validate_take
+
 PROTOCOL_VERSION = 1
-SAMPLE_RATE = 24000
-MODES = ("zero-shot", "cross-lingual", "instruct")
 
 
 class EngineState(str, Enum):
@@ -70,10 +70,14 @@ class LoadModel:
 
 @dataclass(frozen=True)
 class Synthesize:
-    """One take. The prompt is either audio (``prompt_wav`` float32 mono + ``prompt_sr``) or ``voice_id``."""
+    """One take. The prompt is either audio (``prompt_wav`` float32 mono + ``prompt_sr``) or ``voice_id``.
+
+    Invalid requests raise `RequestError` (a ValueError naming the field) when built, before they reach
+    the engine; the rules are `studio.request.validate_take`, the same the runtime applies.
+    """
 
     text: str
-    mode: str = "zero-shot"
+    mode: Mode = Mode.ZERO_SHOT
     prompt_wav: np.ndarray | None = None
     prompt_sr: int = 0
     voice_id: str = ""
@@ -86,27 +90,24 @@ class Synthesize:
     exact_speech_tokens: int | None = None  # benchmarks: ignore stop ids, decode exactly N tokens
 
     def __post_init__(self) -> None:
-        if not self.text.strip():
-            raise ValueError("text is empty")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
-        if self.prompt_wav is None and not self.voice_id:
-            raise ValueError("give prompt audio (prompt_wav and prompt_sr) or a saved voice id")
         if self.prompt_wav is not None:
             if self.prompt_sr <= 0:
-                raise ValueError("prompt_sr must be given with prompt_wav")
+                raise RequestError("prompt_sr", "prompt_sr must be given with prompt_wav")
             wav = np.asarray(self.prompt_wav)
             if wav.ndim != 1 or wav.size == 0:
-                raise ValueError("prompt_wav must be a non-empty 1-D (mono) array")
+                raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
             object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
-        if self.mode == "zero-shot" and not self.prompt_text.strip() and not self.voice_id:
-            raise ValueError("zero-shot mode needs the prompt's transcript (prompt_text)")
-        if self.mode == "instruct" and not self.instruct.strip():
-            raise ValueError("instruct mode needs an instruction")
-        if not 0.25 <= self.speed <= 4.0:
-            raise ValueError("speed must be between 0.25 and 4.0")
-        if self.exact_speech_tokens is not None and self.exact_speech_tokens < 1:
-            raise ValueError("exact_speech_tokens must be a positive number of tokens")
+        mode = validate_take(
+            text=self.text,
+            mode=self.mode,
+            has_prompt_audio=self.prompt_wav is not None,
+            voice=self.voice_id,
+            prompt_text=self.prompt_text,
+            instruct=self.instruct,
+            speed=self.speed,
+            exact_speech_tokens=self.exact_speech_tokens,
+        )
+        object.__setattr__(self, "mode", mode)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class AudioChunk:
-    """A piece of a take: float32 mono samples at 24 kHz, in order (``index`` counts from 0)."""
+    """A piece of a take: float32 mono samples at ``sample_rate``, in order (``index`` counts from 0)."""
 
     request_id: str
     index: int

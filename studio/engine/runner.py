@@ -1,7 +1,7 @@
 """Model loading with explicit backend choice, and one take run against a CosyVoice2 instance.
 
 Shared by the engine process, ``synth`` and ``bench`` so all three measure the same way:
-``load_model()`` returns a ``LoadedModel`` (model, backend actually used, reason when it differs from the
+``load_model()`` returns a ``EngineModel`` (model, backend actually used, reason when it differs from the
 request); ``run_take()`` drives ``CosyVoice2.synthesize`` and returns ``TakeStats``, calling
 ``on_chunk(samples_float32_24k)`` for every chunk (and ``on_progress``). Torch and the runtime are imported lazily.
 """
@@ -18,16 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from studio.engine.protocol import SAMPLE_RATE, Synthesize, TakeStats
+from studio.engine.protocol import Synthesize, TakeStats
+from studio.request import SAMPLE_RATE
 
 log = logging.getLogger("studio.engine")
 
-#: protocol mode -> the runtime's mode name
-_MODE_NAMES = {"zero-shot": "zero_shot", "cross-lingual": "cross_lingual", "instruct": "instruct2"}
-
 
 @dataclass
-class LoadedModel:
+class EngineModel:
     """A loaded runtime and how it was loaded."""
 
     model: Any
@@ -68,7 +66,7 @@ def vllm_unavailable_reason() -> str:
 
 def load_model(
     model_dir: str, backend: str = "pytorch", fp16: bool = False, vllm_options: dict | None = None
-) -> LoadedModel:
+) -> EngineModel:
     """Load CosyVoice2 with the requested backend; vLLM falls back to PyTorch with the reason recorded."""
     from studio.tts.cosyvoice2 import CosyVoice2
     from studio.tts.errors import ModelFolderError
@@ -80,7 +78,7 @@ def load_model(
         if not reason:
             try:
                 model = CosyVoice2(model_dir, load_vllm=True, fp16=fp16, **(vllm_options or {}))
-                return LoadedModel(model, "vllm", "", time.perf_counter() - start)
+                return EngineModel(model, "vllm", "", time.perf_counter() - start)
             except (FileNotFoundError, NotADirectoryError, ModelFolderError):
                 raise  # a bad folder is not a backend problem
             except Exception as exc:  # noqa: BLE001 - reported, never silent
@@ -90,7 +88,7 @@ def load_model(
     elif backend != "pytorch":
         raise ValueError(f"backend must be 'pytorch' or 'vllm', not {backend!r}")
     model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16)
-    return LoadedModel(model, "pytorch", reason, time.perf_counter() - start)
+    return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
 
 
 def resolve_voice(voice_id: str) -> tuple[np.ndarray, int, str] | None:
@@ -127,7 +125,7 @@ def build_spec(request: Synthesize, cancel: threading.Event | None = None):
             prompt_text = prompt_text or transcript
     return SynthesisSpec(
         text=request.text,
-        mode=_MODE_NAMES[request.mode],
+        mode=request.mode,
         prompt_wav=prompt_wav,
         prompt_sr=prompt_sr or 16000,
         prompt_text=prompt_text,
@@ -139,6 +137,11 @@ def build_spec(request: Synthesize, cancel: threading.Event | None = None):
         exact_speech_tokens=request.exact_speech_tokens,
         cancel=cancel,
     )
+
+
+def output_rate(model: Any) -> int:
+    """The sample rate of the audio ``model`` produces (its config's; CosyVoice2's 24 kHz by default)."""
+    return int(getattr(model, "sample_rate", SAMPLE_RATE))
 
 
 def _to_numpy(speech: Any) -> np.ndarray:
@@ -162,6 +165,7 @@ def run_take(
     """
     cancel = cancel or threading.Event()
     spec = build_spec(request, cancel)
+    rate = output_rate(model)
     start = time.perf_counter()
     first_chunk: float | None = None
     samples = chunks = tokens = 0
@@ -184,13 +188,13 @@ def run_take(
             if on_chunk is not None:
                 on_chunk(audio)
             if on_progress is not None:
-                on_progress(tokens, samples / SAMPLE_RATE)
+                on_progress(tokens, samples / rate)
     finally:
         close = getattr(generator, "close", None)
         if close is not None:
             close()  # lets the runtime release a cancelled request's state
     total = time.perf_counter() - start
-    audio_seconds = samples / SAMPLE_RATE
+    audio_seconds = samples / rate
     return TakeStats(
         first_chunk_latency=first_chunk if first_chunk is not None else total,
         total_seconds=total,

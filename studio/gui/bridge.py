@@ -4,7 +4,7 @@ Usage (GUI thread)::
 
     bridge = EngineBridge(parent=window)          # optional log_path=...
     bridge.sig_state_changed.connect(on_state)    # State (also CRASHED with a restart hint)
-    bridge.sig_chunk.connect(on_chunk)            # AudioChunk (float32, 24 kHz)
+    bridge.sig_chunk.connect(on_chunk)            # AudioChunk (float32, its own sample_rate)
     bridge.sig_take_finished.connect(on_done)     # TakeFinished (stats)
     bridge.sig_error.connect(on_error)            # Error (request_id None: the engine itself)
     bridge.start(LoadModel(model_dir, backend="vllm"))    # spawns the engine off the GUI thread
@@ -39,21 +39,29 @@ from studio.engine.protocol import (
 _POLL_SECONDS = 0.05
 
 
-class EngineWorker(QObject):
-    """Runs on the bridge's QThread: owns the EngineClient and drains its events into signals."""
+class EngineSignals(QObject):
+    """The engine's events as Qt signals, declared once: the worker emits them, the bridge re-emits them."""
 
     sig_hello = Signal(object)
     """The engine's handshake (Hello) after each (re)start."""
     sig_state_changed = Signal(object)
-    """An engine State (starting, loading, warming, ready, busy, error, crashed, stopped)."""
+    """An engine State (starting, ..., ready, busy, error, stopped); CRASHED when the process died."""
     sig_chunk = Signal(object)
-    """An AudioChunk of a take (float32 mono, 24 kHz)."""
+    """An AudioChunk of a take (float32 mono at the chunk's own ``sample_rate``)."""
     sig_take_finished = Signal(object)
     """A TakeFinished with the take's stats (also for cancelled takes)."""
     sig_error = Signal(object)
     """An Error: of a take (request_id set) or of the engine (request_id None, log lines in traceback)."""
     sig_progress = Signal(object)
     """A Progress report."""
+
+    #: every signal above, for relaying worker -> bridge
+    NAMES = ("sig_hello", "sig_state_changed", "sig_chunk", "sig_take_finished", "sig_error", "sig_progress")
+
+
+class EngineWorker(EngineSignals):
+    """Runs on the bridge's QThread: owns the EngineClient and drains its events into signals."""
+
     finished = Signal()
     """The worker loop ended (the thread quits on it)."""
 
@@ -121,21 +129,8 @@ class EngineWorker(QObject):
             self.sig_hello.emit(event)
 
 
-class EngineBridge(QObject):
+class EngineBridge(EngineSignals):
     """GUI-thread facade: owns the worker's QThread and re-emits its signals (queued across threads)."""
-
-    sig_hello = Signal(object)
-    """The engine's handshake (Hello) after each (re)start."""
-    sig_state_changed = Signal(object)
-    """An engine State; CRASHED when the process died (then call restart())."""
-    sig_chunk = Signal(object)
-    """An AudioChunk of a take (float32 mono, 24 kHz)."""
-    sig_take_finished = Signal(object)
-    """A TakeFinished with the take's stats (also for cancelled takes)."""
-    sig_error = Signal(object)
-    """An Error: of a take (request_id set) or of the engine (request_id None, log lines in traceback)."""
-    sig_progress = Signal(object)
-    """A Progress report."""
 
     def __init__(self, parent: QObject | None = None, log_path: str | Path | None = None) -> None:
         super().__init__(parent)
@@ -162,14 +157,7 @@ class EngineBridge(QObject):
         thread.setObjectName("engine-bridge")
         worker = EngineWorker(self.client)
         worker.moveToThread(thread)
-        for name in (
-            "sig_hello",
-            "sig_state_changed",
-            "sig_chunk",
-            "sig_take_finished",
-            "sig_error",
-            "sig_progress",
-        ):
+        for name in EngineSignals.NAMES:
             getattr(worker, name).connect(getattr(self, name))
         thread.started.connect(worker.run)
         # Direct: the GUI thread may be blocked in shutdown()'s wait() and could not run a queued quit.

@@ -19,22 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-REQUIRED_FILES = (
-    "cosyvoice2.yaml",
-    "llm.pt",
-    "flow.pt",
-    "hift.pt",
-    "campplus.onnx",
-    "speech_tokenizer_v2.onnx",
-)
+from studio.model_layout import missing_files
 
 
 def missing_model_files(folder: str | Path) -> list[str]:
     """Files of the official layout that ``folder`` lacks (all of them when it does not exist)."""
-    path = Path(folder) if folder else None
-    if path is None or not path.is_dir():
-        return list(REQUIRED_FILES)
-    return [name for name in REQUIRED_FILES if not (path / name).exists()]
+    return missing_files(folder)
 
 
 class FirstRunPanel(QWidget):

@@ -162,8 +162,6 @@ class MainWindow(QMainWindow):
         bridge.sig_hello.connect(self.on_hello)
         bridge.sig_progress.connect(self.engine_status.on_progress)
         bridge.sig_error.connect(self.on_engine_error)
-        bridge.sig_chunk.connect(self.takes.on_chunk)
-        bridge.sig_take_finished.connect(self.takes.on_take_finished)
         self.engine_status.sig_restart.connect(self.restart_engine)
         self.first_run.sig_model_ready.connect(self.on_model_chosen)
         self.text_panel.sig_generate.connect(
@@ -197,7 +195,7 @@ class MainWindow(QMainWindow):
             self.bridge.start(load_request(self.settings) if self.has_model else None)
 
     def restart_engine(self) -> None:
-        self.takes.active = None
+        self.takes.abandon()
         self.text_panel.set_busy(False)
         self.bridge.restart(load_request(self.settings) if self.has_model else None)
 
@@ -219,32 +217,30 @@ class MainWindow(QMainWindow):
         self.engine_status.on_state(state)
         ready = state.state in (EngineState.READY, EngineState.BUSY)
         self.text_panel.set_engine_ready(ready and self.has_model)
-        if state.state in (EngineState.CRASHED, EngineState.ERROR, EngineState.STOPPED) and self.takes.busy:
-            self.takes.on_error(Error(None, f"engine {state.state.value}"))
         if state.state == EngineState.CRASHED:
             self.gpu_panel.set_engine_pid(None)
 
     def on_engine_error(self, error: Error) -> None:
+        """Engine-level failures go to the status bar and the log (the take controller handles take errors)."""
         if error.request_id is None:
             self.engine_status.on_engine_error(error)
             log.error("engine: %s\n%s", error.message, error.traceback)
-        self.takes.on_error(error)
 
     # -- takes ---------------------------------------------------------------------------------------
     def on_take_started(self, request) -> None:
         self.text_panel.set_busy(True)
         self.preview.begin_take(request.stream)
         self.gpu_panel.mark_take_started()
-        self.player.begin(24000)
+        self.player.begin()  # opens at the rate of the take's first chunk
 
     def stop_take(self) -> None:
         """Stop: cancel the take in the engine and silence the preview at once."""
         self.takes.stop()
         self.player.stop()
 
-    def on_take_chunk(self, samples: np.ndarray, latency: float) -> None:
-        self.preview.add_chunk(samples, 24000, latency)
-        self.player.feed(samples)
+    def on_take_chunk(self, samples: np.ndarray, sample_rate: int, latency: float) -> None:
+        self.preview.add_chunk(samples, sample_rate, latency)
+        self.player.feed(samples, sample_rate)
 
     def on_take_finished(self, stats, take) -> None:
         self.text_panel.set_busy(False)

@@ -64,7 +64,8 @@ class StreamPlayer(QObject):
         self._io: QIODevice | None = None
         self._format: QAudioFormat | None = None
         self._pending = bytearray()
-        self._source_rate = 24000
+        self._source_rate: int | None = None
+        self._awaiting_stream = False  # begin() without a rate: the first feed() opens the stream
         self._ended = False
 
     def set_device(self, device: QAudioDevice | None) -> None:
@@ -79,9 +80,15 @@ class StreamPlayer(QObject):
     def pending_bytes(self) -> int:
         return len(self._pending)
 
-    def begin(self, sample_rate: int = 24000) -> bool:
-        """Open a stream; False (and "no-device") when there is no output device."""
+    def begin(self, sample_rate: int | None = None) -> bool:
+        """Open a stream; False (and "no-device") when there is no output device.
+
+        Without ``sample_rate`` the stream opens at the rate of the first `feed()` (a take's chunks carry it).
+        """
         self.stop()
+        if sample_rate is None:
+            self._awaiting_stream = True
+            return True
         device = self._device if self._device is not None else QMediaDevices.defaultAudioOutput()
         if device.isNull():
             self.sig_state.emit("no-device")
@@ -100,9 +107,17 @@ class StreamPlayer(QObject):
         self.sig_state.emit("playing")
         return True
 
-    def feed(self, samples: np.ndarray) -> None:
+    def feed(self, samples: np.ndarray, sample_rate: int | None = None) -> None:
+        """Queue samples at ``sample_rate`` (default: the stream's) on the open stream; after a rate-less
+        `begin()` the first call opens the stream at its rate."""
+        if self._awaiting_stream and sample_rate is not None:
+            self._awaiting_stream = False
+            if not self.begin(sample_rate):
+                return
         if self._sink is None or self._format is None:
             return
+        if sample_rate is not None and int(sample_rate) != self._source_rate:
+            raise ValueError(f"cannot feed {sample_rate} Hz audio into a {self._source_rate} Hz stream")
         self._pending += encode_pcm(samples, self._source_rate, self._format)
         self.on_feed()
 
@@ -113,7 +128,7 @@ class StreamPlayer(QObject):
     def play(self, samples: np.ndarray, sample_rate: int) -> bool:
         if not self.begin(sample_rate):
             return False
-        self.feed(samples)
+        self.feed(samples, sample_rate)
         self.end()
         return True
 
@@ -133,6 +148,7 @@ class StreamPlayer(QObject):
     def stop(self) -> None:
         self._timer.stop()
         self._pending.clear()
+        self._awaiting_stream = False
         if self._sink is None:
             return
         sink, self._sink, self._io = self._sink, None, None

@@ -24,20 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.settings import BACKENDS, VLLM_DTYPES, Settings
+from studio.settings import BACKENDS, Settings
+from studio.vllm_options import VLLM_OPTION_NAMES, VLLM_OPTIONS, VllmOption
 
 #: Fields whose change needs the engine to reload the model.
-ENGINE_FIELDS = (
-    "model_dir",
-    "backend",
-    "fp16",
-    "gpu_memory_utilization",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enforce_eager",
-    "dtype",
-    "max_model_len",
-)
+ENGINE_FIELDS = ("model_dir", "backend", "fp16", *VLLM_OPTION_NAMES)
 
 
 def _folder_row(edit: QLineEdit, caption: str) -> QWidget:
@@ -55,6 +46,33 @@ def _folder_row(edit: QLineEdit, caption: str) -> QWidget:
     layout.addWidget(edit, 1)
     layout.addWidget(browse)
     return row
+
+
+def _option_widget(option: VllmOption, value) -> QWidget:
+    """The editor of one vLLM option, set to ``value``."""
+    if option.kind is bool:
+        widget = QCheckBox(option.label)
+        widget.setChecked(bool(value))
+    elif option.choices:
+        widget = QComboBox()
+        widget.addItems(option.choices)
+        widget.setCurrentText(str(value))
+    else:
+        widget = QDoubleSpinBox() if option.kind is float else QSpinBox()
+        low, high = option.ui_range
+        widget.setRange(option.kind(low), option.kind(high))
+        if option.ui_step is not None:
+            widget.setSingleStep(option.ui_step)
+        widget.setValue(value)
+    return widget
+
+
+def _option_value(option: VllmOption, widget: QWidget):
+    if option.kind is bool:
+        return widget.isChecked()
+    if option.choices:
+        return widget.currentText()
+    return round(widget.value(), 3) if option.kind is float else widget.value()
 
 
 def _device_combo(devices, current: str) -> QComboBox:
@@ -90,34 +108,14 @@ class SettingsDialog(QDialog):
         self.backend.setCurrentIndex(BACKENDS.index(settings.backend))
         self.fp16 = QCheckBox("Half precision (fp16) for flow and vocoder")
         self.fp16.setChecked(settings.fp16)
-        self.gpu_memory_utilization = QDoubleSpinBox()
-        self.gpu_memory_utilization.setRange(0.05, 1.0)
-        self.gpu_memory_utilization.setSingleStep(0.05)
-        self.gpu_memory_utilization.setValue(settings.gpu_memory_utilization)
-        self.max_num_seqs = QSpinBox()
-        self.max_num_seqs.setRange(1, 1024)
-        self.max_num_seqs.setValue(settings.max_num_seqs)
-        self.max_num_batched_tokens = QSpinBox()
-        self.max_num_batched_tokens.setRange(64, 1 << 20)
-        self.max_num_batched_tokens.setValue(settings.max_num_batched_tokens)
-        self.max_model_len = QSpinBox()
-        self.max_model_len.setRange(256, 1 << 17)
-        self.max_model_len.setValue(settings.max_model_len)
-        self.enforce_eager = QCheckBox("Eager mode (no CUDA graphs: starts faster, runs slower)")
-        self.enforce_eager.setChecked(settings.enforce_eager)
-        self.dtype = QComboBox()
-        self.dtype.addItems(VLLM_DTYPES)
-        self.dtype.setCurrentText(settings.dtype)
         engine = QGroupBox("Engine")
         form = QFormLayout(engine)
         form.addRow("Backend", self.backend)
         form.addRow("", self.fp16)
-        form.addRow("vLLM GPU memory share", self.gpu_memory_utilization)
-        form.addRow("vLLM max sequences", self.max_num_seqs)
-        form.addRow("vLLM max batched tokens", self.max_num_batched_tokens)
-        form.addRow("vLLM max model length", self.max_model_len)
-        form.addRow("vLLM dtype", self.dtype)
-        form.addRow("", self.enforce_eager)
+        for option in VLLM_OPTIONS:  # one editor per option, kept as an attribute of the same name
+            widget = _option_widget(option, getattr(settings, option.name))
+            setattr(self, option.name, widget)
+            form.addRow("" if option.kind is bool else option.label, widget)
 
         self.input_device = _device_combo(QMediaDevices.audioInputs(), settings.audio_input_device)
         self.output_device = _device_combo(QMediaDevices.audioOutputs(), settings.audio_output_device)
@@ -144,12 +142,7 @@ class SettingsDialog(QDialog):
             output_dir=self.output_dir.text().strip(),
             backend=self.backend.currentData(),
             fp16=self.fp16.isChecked(),
-            gpu_memory_utilization=round(self.gpu_memory_utilization.value(), 3),
-            max_num_seqs=self.max_num_seqs.value(),
-            max_num_batched_tokens=self.max_num_batched_tokens.value(),
-            max_model_len=self.max_model_len.value(),
-            enforce_eager=self.enforce_eager.isChecked(),
-            dtype=self.dtype.currentText(),
+            **{option.name: _option_value(option, getattr(self, option.name)) for option in VLLM_OPTIONS},
             audio_input_device=self.input_device.currentData(),
             audio_output_device=self.output_device.currentData(),
         )

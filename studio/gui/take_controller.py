@@ -1,5 +1,6 @@
-"""Runs takes: builds the engine request from the text panel and the voice, streams chunks into the
-player and the preview, writes the finished take to the store at once, and queues it for denoising."""
+"""Runs takes: the one owner of the take in progress. Builds the engine request from the text panel and the
+voice, listens to the bridge itself, hands each chunk (with its sample rate) on, and writes the finished
+take to the store at once. The window only lays out and relays these signals to the player and preview."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from studio.engine.protocol import SAMPLE_RATE, AudioChunk, Error, Synthesize, TakeFinished
+from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
 from studio.gui.text_panel import TextRequest
 from studio.gui.voice_panel import Prompt
+from studio.request import Mode, RequestError
 from studio.takes import Take, TakeStore
 
 
@@ -23,6 +25,7 @@ class ActiveTake:
     voice_name: str
     started: float = field(default_factory=time.monotonic)
     first_chunk_at: float | None = None
+    sample_rate: int | None = None  # the rate the chunks carry (set by the first one)
     chunks: list[np.ndarray] = field(default_factory=list)
 
     @property
@@ -31,7 +34,7 @@ class ActiveTake:
 
 
 def build_request(text: TextRequest, prompt: Prompt) -> Synthesize:
-    """The engine request for a take; raises ValueError with a user-facing reason when incomplete.
+    """The engine request for a take; raises `RequestError` (naming the field) when incomplete.
 
     A saved voice goes by its id (the engine reads it from the voice library); a fresh one as audio.
     """
@@ -41,7 +44,7 @@ def build_request(text: TextRequest, prompt: Prompt) -> Synthesize:
         prompt_wav=None if prompt.voice_id else prompt.audio,
         prompt_sr=0 if prompt.voice_id else prompt.sample_rate,
         voice_id=prompt.voice_id,
-        prompt_text=prompt.transcript if text.mode == "zero-shot" else "",
+        prompt_text=prompt.transcript if text.mode is Mode.ZERO_SHOT else "",
         instruct=text.instruct,
         speed=text.speed,
         seed=text.seed,
@@ -49,13 +52,17 @@ def build_request(text: TextRequest, prompt: Prompt) -> Synthesize:
     )
 
 
+#: engine states that end whatever take is running
+_ENDING_STATES = (EngineState.CRASHED, EngineState.ERROR, EngineState.STOPPED)
+
+
 class TakeController(QObject):
-    """One take at a time; the window wires the bridge's signals to ``on_*`` and listens to ``sig_*``."""
+    """One take at a time. Connects itself to the bridge's take signals; the window listens to ``sig_*``."""
 
     sig_started = Signal(object)
     """A take was sent (its Synthesize request)."""
-    sig_chunk = Signal(object, float)
-    """(float32 samples of a new chunk, first-chunk latency in seconds)."""
+    sig_chunk = Signal(object, int, float)
+    """(float32 samples of a new chunk, their sample rate in Hz, first-chunk latency in seconds)."""
     sig_finished = Signal(object, object)
     """The take ended: (TakeStats or None, Take or None); always follows sig_started."""
     sig_failed = Signal(str)
@@ -66,6 +73,10 @@ class TakeController(QObject):
         self.bridge = bridge
         self.store = store
         self.active: ActiveTake | None = None
+        bridge.sig_chunk.connect(self.on_chunk)
+        bridge.sig_take_finished.connect(self.on_take_finished)
+        bridge.sig_error.connect(self.on_error)
+        bridge.sig_state_changed.connect(self.on_engine_state)
 
     @property
     def busy(self) -> bool:
@@ -80,9 +91,9 @@ class TakeController(QObject):
             return False
         try:
             request = build_request(text, prompt)
-        except ValueError as exc:
+        except RequestError as exc:
             reason = str(exc)
-            if "prompt_text" in reason:
+            if exc.field == "prompt_text":
                 reason = "zero-shot mode needs the transcript of the voice recording (or use cross-lingual)"
             self.sig_failed.emit(reason)
             return False
@@ -95,15 +106,22 @@ class TakeController(QObject):
         if self.active is not None:
             self.bridge.cancel(self.active.request.request_id)
 
+    def abandon(self) -> None:
+        """Forget the running take without a signal (the engine is being restarted under it)."""
+        self.active = None
+
     def on_chunk(self, chunk: AudioChunk) -> None:
         active = self.active
         if active is None or chunk.request_id != active.request.request_id:
             return
         if active.first_chunk_at is None:
             active.first_chunk_at = time.monotonic()
+            active.sample_rate = int(chunk.sample_rate)
+        elif chunk.sample_rate != active.sample_rate:
+            raise ValueError(f"chunk at {chunk.sample_rate} Hz in a {active.sample_rate} Hz take")
         samples = np.asarray(chunk.samples, dtype=np.float32).reshape(-1)
         active.chunks.append(samples)
-        self.sig_chunk.emit(samples, active.latency or 0.0)
+        self.sig_chunk.emit(samples, active.sample_rate, active.latency or 0.0)
 
     def on_take_finished(self, event: TakeFinished) -> None:
         active = self.active
@@ -123,10 +141,10 @@ class TakeController(QObject):
             name = "(stopped) " + " ".join(request.text.split()[:5])
         return self.store.add(
             audio,
-            SAMPLE_RATE,
+            active.sample_rate,
             text=request.text,
             voice=active.voice_name,
-            mode=request.mode,
+            mode=request.mode.value,
             seed=request.seed,
             settings={"speed": request.speed, "stream": request.stream, "instruct": request.instruct},
             stats=stats,
@@ -141,3 +159,8 @@ class TakeController(QObject):
             self.active = None
             self.sig_failed.emit(error.message.splitlines()[0] if error.message else "the engine failed")
             self.sig_finished.emit(None, None)
+
+    def on_engine_state(self, state: State) -> None:
+        """A crash, failed load or shutdown ends the running take as failed."""
+        if state.state in _ENDING_STATES and self.active is not None:
+            self.on_error(Error(None, f"engine {state.state.value}"))

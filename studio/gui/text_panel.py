@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.request import Mode
+
 #: Single-token fine-grained control tags of CosyVoice2 (inserted at the cursor).
 EVENT_TAGS = (
     "[breath]",
@@ -40,11 +42,6 @@ EVENT_TAGS = (
 )
 #: Paired tags wrap the selection (or insert an empty pair with the cursor inside).
 SPAN_TAGS = (("<strong>", "</strong>"), ("<laughter>", "</laughter>"))
-MODES = (
-    ("zero-shot", "Zero-shot (clone the voice)"),
-    ("cross-lingual", "Cross-lingual"),
-    ("instruct", "Instruct (describe the delivery)"),
-)
 MAX_SEED = 2**31 - 1
 
 
@@ -53,7 +50,7 @@ class TextRequest:
     """What the text panel asks for: the GUI adds the voice and sends it to the engine."""
 
     text: str
-    mode: str
+    mode: Mode
     instruct: str
     speed: float
     seed: int
@@ -94,8 +91,8 @@ class TextPanel(QWidget):
             tags.addWidget(button, 1, 5 + j)
 
         self.mode = QComboBox()
-        for key, label in MODES:
-            self.mode.addItem(label, key)
+        for mode in Mode:
+            self.mode.addItem(mode.label, mode.value)
         self.mode.currentIndexChanged.connect(self._update_mode)
         self.instruct = QLineEdit()
         self.instruct.setPlaceholderText("e.g. speak slowly and warmly, like telling a bedtime story")
@@ -199,7 +196,7 @@ class TextPanel(QWidget):
             self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
 
     def _update_mode(self) -> None:
-        instruct = self.mode.currentData() == "instruct"
+        instruct = self.mode.currentData() == Mode.INSTRUCT.value
         self.instruct.setVisible(instruct)
         self.instruct_label.setVisible(instruct)
 
@@ -208,7 +205,7 @@ class TextPanel(QWidget):
         seed = random.randint(0, MAX_SEED) if self.random_seed.isChecked() else self.seed.value()
         return TextRequest(
             text=self.editor.toPlainText().strip(),
-            mode=self.mode.currentData(),
+            mode=Mode(self.mode.currentData()),
             instruct=self.instruct.text().strip(),
             speed=round(self.speed.value(), 3),
             seed=seed,

@@ -53,7 +53,7 @@ class WaveformView(pg.PlotWidget):
         self._cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ffb74d", width=1, style=Qt.PenStyle.DashLine))
         self._cursor.hide()
         self.addItem(self._cursor)
-        self._sample_rate = 24000
+        self._sample_rate = 1  # until audio arrives with its rate (an empty view lasts 0 s at any rate)
         self._samples = np.zeros(0, dtype=np.float32)
         self.setXRange(0.0, 1.0, padding=0.0)
 

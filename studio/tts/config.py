@@ -21,15 +21,15 @@ from studio.tts.errors import ConfigError
 
 #: Upstream dotted names -> our implementations ("module:attribute"). Anything else is never built.
 CLASS_TABLE: dict[str, str] = {
-    "cosyvoice.llm.llm.Qwen2LM": "studio.tts.llm:Qwen2LM",
-    "cosyvoice.llm.llm.Qwen2Encoder": "studio.tts.llm:Qwen2Encoder",
-    "cosyvoice.utils.common.ras_sampling": "studio.tts.sampling:RasSampling",
+    "cosyvoice.llm.llm.Qwen2LM": "studio.tts.llm.model:Qwen2LM",
+    "cosyvoice.llm.llm.Qwen2Encoder": "studio.tts.llm.model:Qwen2Encoder",
+    "cosyvoice.utils.common.ras_sampling": "studio.tts.llm.sampling:RasSampling",
     "cosyvoice.flow.flow.CausalMaskedDiffWithXvec": "studio.tts.flow.flow:CausalMaskedDiffWithXvec",
     "cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder": "studio.tts.flow.encoder:UpsampleConformerEncoder",
     "cosyvoice.flow.flow_matching.CausalConditionalCFM": "studio.tts.flow.cfm:CausalConditionalCFM",
     "cosyvoice.flow.decoder.CausalConditionalDecoder": "studio.tts.flow.estimator:CausalConditionalDecoder",
-    "cosyvoice.hifigan.generator.HiFTGenerator": "studio.tts.hift:HiFTGenerator",
-    "cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor": "studio.tts.hift:ConvRNNF0Predictor",
+    "cosyvoice.hifigan.generator.HiFTGenerator": "studio.tts.hift.model:HiFTGenerator",
+    "cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor": "studio.tts.hift.model:ConvRNNF0Predictor",
     "omegaconf.DictConfig": "studio.tts.config:AttrDict",
 }
 

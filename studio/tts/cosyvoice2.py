@@ -20,9 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from studio import envs
 from studio.atomic_files import atomic_path
+from studio.model_layout import SPK2INFO_FILE
+from studio.request import Mode
 from studio.tts.errors import BackendUnavailableError, SynthesisError
-from studio.tts.loader import SPK2INFO_FILE, load_model_folder, load_spk2info
+from studio.tts.loader import load_model_folder, load_spk2info
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 from studio.user_dirs import user_dir
@@ -31,20 +34,19 @@ __all__ = ["CosyVoice2", "SynthesisSpec"]
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 24000
 END_OF_PROMPT = "<|endofprompt|>"
 
 
 def voices_dir(model_dir: Path) -> Path:
     """Where this model folder's saved voices go: ``$STUDIO_DATA_DIR`` or the user data dir, per folder."""
     key = hashlib.sha1(str(model_dir.resolve()).encode()).hexdigest()[:12]
-    return user_dir("STUDIO_DATA_DIR", "user_data_dir") / "voices" / f"{model_dir.name}-{key}"
+    return user_dir(envs.DATA_DIR, "user_data_dir") / "voices" / f"{model_dir.name}-{key}"
 
 
 def _vllm_factory():
     """H7's `create_vllm_backend`, or a clear error when the vLLM backend cannot be imported."""
     try:
-        from studio.tts.vllm_llm import create_vllm_backend
+        from studio.tts.llm.vllm.backend import create_vllm_backend
     except ImportError as exc:
         raise BackendUnavailableError(f"vLLM backend not available: {exc}") from exc
     return create_vllm_backend
@@ -99,7 +101,7 @@ class CosyVoice2:
             self.backend = create_vllm_backend(self.model.llm, self.model_dir, **vllm_options)
             self.backend_name = "vllm"
         else:
-            from studio.tts.llm import TorchTokenBackend
+            from studio.tts.llm.torch_backend import TorchTokenBackend
 
             self.backend = TorchTokenBackend(self.model.llm)
             self.backend_name = "pytorch"
@@ -165,7 +167,7 @@ class CosyVoice2:
         **extra,
     ) -> Iterator[dict]:
         return self._upstream_call(
-            "zero_shot",
+            Mode.ZERO_SHOT,
             tts_text,
             prompt_wav,
             zero_shot_spk_id,
@@ -180,7 +182,7 @@ class CosyVoice2:
         self, tts_text, prompt_wav, zero_shot_spk_id="", stream=False, speed=1.0, text_frontend=True, **extra
     ) -> Iterator[dict]:
         return self._upstream_call(
-            "cross_lingual", tts_text, prompt_wav, zero_shot_spk_id, stream, speed, text_frontend, **extra
+            Mode.CROSS_LINGUAL, tts_text, prompt_wav, zero_shot_spk_id, stream, speed, text_frontend, **extra
         )
 
     def inference_instruct2(
@@ -195,7 +197,7 @@ class CosyVoice2:
         **extra,
     ) -> Iterator[dict]:
         return self._upstream_call(
-            "instruct2",
+            Mode.INSTRUCT,
             tts_text,
             prompt_wav,
             zero_shot_spk_id,
@@ -339,14 +341,14 @@ class CosyVoice2:
             tokens, feat, embedding = self._prompt_features(spec.prompt_wav, spec.prompt_sr)
             flow_token = torch.tensor([tokens], dtype=torch.int32)
             cached_text, cached_tokens = None, tokens
-        if spec.mode == "zero_shot":
+        if spec.mode is Mode.ZERO_SHOT:
             # as upstream, a saved voice brings its own transcript: it must match its speech tokens
             if cached_text:
                 text_ids = cached_text
             else:
                 text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
             return _Prompt(text_ids, cached_tokens, flow_token, feat, embedding)
-        if spec.mode == "cross_lingual":
+        if spec.mode is Mode.CROSS_LINGUAL:
             return _Prompt([], [], flow_token, feat, embedding)
         # instruct2: the instruction always replaces the voice's transcript (upstream defect 5)
         instruct = (

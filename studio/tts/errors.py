@@ -29,7 +29,14 @@ class ConfigError(ModelFolderError):
 
 
 class SynthesisError(Exception):
-    """A synthesis request is invalid (bad mode, missing prompt, unknown voice, prompt too long)."""
+    """A synthesis request is invalid (bad mode, missing prompt, unknown voice, prompt too long).
+
+    ``field`` names the request field at fault when there is one (as `studio.request.RequestError` does).
+    """
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
 
 
 class BackendUnavailableError(RuntimeError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,42 +16,36 @@ from typing import Any
 
 import torch
 
+from studio import envs
+from studio.model_layout import (
+    BLANKEN_DIR,
+    CAMPPLUS_FILE,
+    FLOW_FILE,
+    HIFT_FILE,
+    LLM_FILE,
+    SPEECH_TOKENIZER_FILE,
+    SPK2INFO_FILE,
+    YAML_FILE,
+    missing_files,
+)
 from studio.tts.config import ModelConfig, read_config
 from studio.tts.errors import ConfigError, MissingModelFileError, ModelFolderError
 
 log = logging.getLogger(__name__)
 
-YAML_FILE = "cosyvoice2.yaml"
-LLM_FILE = "llm.pt"
-FLOW_FILE = "flow.pt"
-HIFT_FILE = "hift.pt"
-CAMPPLUS_FILE = "campplus.onnx"
-SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2.onnx"
-SPK2INFO_FILE = "spk2info.pt"
-BLANKEN_DIR = "CosyVoice-BlankEN"
-BLANKEN_FILES = ("config.json", "vocab.json", "merges.txt", "tokenizer_config.json")
-REQUIRED_FILES = (
-    YAML_FILE,
-    LLM_FILE,
-    FLOW_FILE,
-    HIFT_FILE,
-    CAMPPLUS_FILE,
-    SPEECH_TOKENIZER_FILE,
-    *(f"{BLANKEN_DIR}/{name}" for name in BLANKEN_FILES),
-)
 _LISTED = 4  # how many keys an error message lists before "and N more"
 
 
 @dataclass
-class LoadedModel:
+class ModelParts:
     """Everything a CosyVoice2 model folder provides, loaded and on its device."""
 
     model_dir: Path
     config: ModelConfig
-    llm: Any  # studio.tts.llm.Qwen2LM
+    llm: Any  # studio.tts.llm.model.Qwen2LM
     flow: Any  # studio.tts.flow.flow.CausalMaskedDiffWithXvec
-    hift: Any  # studio.tts.hift.HiFTGenerator
-    frontend: Any  # studio.tts.frontend.Frontend (tokenizer, campplus, speech tokenizer)
+    hift: Any  # studio.tts.hift.model.HiFTGenerator
+    frontend: Any  # studio.tts.frontend.prompt.Frontend (tokenizer, campplus, speech tokenizer)
     device: torch.device
     fp16: bool
     spk2info: dict = field(default_factory=dict)
@@ -71,7 +64,7 @@ def check_folder(model_dir: str | Path) -> Path:
             "model folder not found (expected a folder laid out like "
             "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)",
         )
-    missing = [name for name in REQUIRED_FILES if not (model_dir / name).is_file()]
+    missing = missing_files(model_dir)
     if missing:
         first = model_dir / missing[0]
         others = f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""
@@ -188,7 +181,7 @@ def load_flow(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
 
 def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
     """HiFT from hift.pt, strictly; the official ``generator.`` prefix and weight-norm keys are accepted."""
-    from studio.tts.hift import load_hift_state_dict
+    from studio.tts.hift.model import load_hift_state_dict
 
     path = model_dir / HIFT_FILE
     hift = _build(config, "hift", path)
@@ -199,8 +192,9 @@ def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
 
 def load_frontend(model_dir: Path, device: torch.device) -> Any:
     """The tokenizer and the two ONNX models (onnxruntime's CUDA provider when the device is CUDA)."""
-    from studio.tts.frontend import Frontend, TextFrontend
-    from studio.tts.onnx_models import SpeakerEmbedder, SpeechTokenizer
+    from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
+    from studio.tts.frontend.prompt import Frontend
+    from studio.tts.frontend.text import TextFrontend
 
     use_cuda = device.type == "cuda"
     for name in ("vocab.json", "tokenizer_config.json"):  # the tokenizer's own errors do not name the file
@@ -248,9 +242,25 @@ def load_spk2info(path: Path) -> dict:
     return data
 
 
+def attach_cuda_graphs(
+    flow: torch.nn.Module | None, hift: torch.nn.Module | None, enabled: bool = True
+) -> None:
+    """Replay the flow's estimator and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``).
+
+    The models only hold the hook (``graphs``); the speed-ups live beside them and are attached here.
+    """
+    from studio.tts.flow.graphs import EstimatorGraphs
+    from studio.tts.hift.graphs import HiftGraphs
+
+    if flow is not None:
+        flow.decoder.graphs = EstimatorGraphs(flow.decoder.estimator) if enabled else None
+    if hift is not None:
+        hift.graphs = HiftGraphs(hift) if enabled else None
+
+
 def load_model_folder(
     model_dir: str | Path, *, device: torch.device | str | None = None, fp16: bool = False
-) -> LoadedModel:
+) -> ModelParts:
     """Load the whole folder; ``fp16`` (CUDA only, as upstream) halves the LM and the flow."""
     model_dir = check_folder(model_dir)
     device = torch.device(device) if device is not None else default_device()
@@ -264,13 +274,12 @@ def load_model_folder(
     if fp16:
         llm.half()
         flow.half()
-    if device.type == "cuda" and os.environ.get("STUDIO_CUDA_GRAPHS", "1") != "0":
+    if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
         # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU: replaying
         # captured graphs makes them several times faster with identical output. STUDIO_CUDA_GRAPHS=0 opts out.
-        flow.use_cuda_graphs()
-        hift.use_cuda_graphs()
+        attach_cuda_graphs(flow, hift)
     frontend = load_frontend(model_dir, device)
-    return LoadedModel(
+    return ModelParts(
         model_dir=model_dir,
         config=config,
         llm=llm,

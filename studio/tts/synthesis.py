@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Modes of `CosyVoice2.synthesize`, named as upstream's ``inference_*`` methods.
-MODES = ("zero_shot", "cross_lingual", "instruct2")
+from studio.request import Mode, RequestError, validate_take
+from studio.tts.errors import SynthesisError
 
 
 @dataclass
@@ -23,7 +23,7 @@ class SynthesisSpec:
     """
 
     text: str
-    mode: str = "zero_shot"
+    mode: Mode | str = Mode.ZERO_SHOT  # any spelling `Mode.parse` reads ("zero_shot", "instruct2", ...)
     prompt_wav: Any = None
     prompt_sr: int | None = None
     prompt_text: str = ""
@@ -37,25 +37,21 @@ class SynthesisSpec:
     cancel: threading.Event | None = field(default=None, compare=False)
 
     def validate(self) -> None:
-        """Raise `SynthesisError` with a clear message when the request cannot be served."""
-        from studio.tts.errors import SynthesisError
-
-        if self.mode not in MODES:
-            raise SynthesisError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
-        if not isinstance(self.text, str) or not self.text.strip():
-            raise SynthesisError("nothing to say: the text is empty")
-        if self.prompt_wav is None and not self.spk_id:
-            raise SynthesisError("a prompt recording (prompt_wav) or a saved voice (spk_id) is needed")
-        if isinstance(self.prompt_wav, (str, Path)) and not Path(self.prompt_wav).is_file():
-            raise SynthesisError(f"prompt recording not found: {self.prompt_wav}")
-        if self.mode == "zero_shot" and not self.spk_id and not self.prompt_text.strip():
-            raise SynthesisError("zero-shot needs the transcript of the prompt (prompt_text)")
-        if self.mode == "instruct2" and not self.instruct_text.strip():
-            raise SynthesisError("instruct2 needs an instruction (instruct_text)")
-        if not 0.25 <= float(self.speed) <= 4.0:
-            raise SynthesisError(f"speed {self.speed} is out of range (0.25 .. 4.0)")
-        if self.exact_speech_tokens is not None and int(self.exact_speech_tokens) < 1:
-            raise SynthesisError("exact_speech_tokens must be a positive number of tokens")
+        """Raise `SynthesisError` (naming the field) when the request cannot be served; normalise `mode`."""
+        try:
+            self.mode = validate_take(
+                text=self.text,
+                mode=self.mode,
+                has_prompt_audio=self.prompt_wav is not None,
+                voice=self.spk_id,
+                prompt_text=self.prompt_text,
+                instruct=self.instruct_text,
+                speed=self.speed,
+                exact_speech_tokens=self.exact_speech_tokens,
+                prompt_path=self.prompt_wav if isinstance(self.prompt_wav, (str, Path)) else None,
+            )
+        except RequestError as exc:
+            raise SynthesisError(str(exc), field=exc.field) from None
 
 
 class LinkedEvent(threading.Event):

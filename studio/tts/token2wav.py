@@ -18,7 +18,6 @@ It starts from the prompt's cached flow state when an earlier request used the s
 from __future__ import annotations
 
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -27,8 +26,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from studio.tts.flow.incremental import IncrementalFlow
-from studio.tts.flow.prompt_cache import PromptFlowCache, default_cache
+from studio import envs
+from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 
 TOKEN_HOP_LEN = 25
 MEL_CACHE_LEN = 8
@@ -37,7 +37,7 @@ SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
 
 
 def _incremental_default() -> bool:
-    return os.environ.get("STUDIO_INCREMENTAL_FLOW", "1") != "0"
+    return envs.INCREMENTAL_FLOW.enabled()
 
 
 @dataclass

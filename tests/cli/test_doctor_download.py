@@ -9,6 +9,7 @@ import pytest
 
 from studio.cli import main
 from studio.commands import doctor
+from studio.model_layout import REQUIRED_FILES
 
 
 def test_doctor_runs_and_says_what_it_found(tmp_path, capsys):
@@ -26,7 +27,7 @@ def test_doctor_runs_and_says_what_it_found(tmp_path, capsys):
 
 
 def test_doctor_model_folder_completeness(tmp_path):
-    for name in doctor.MODEL_FILES:
+    for name in REQUIRED_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     assert doctor.check_model(str(tmp_path)).status == "pass"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from studio.gui.first_run import REQUIRED_FILES, missing_model_files
+from studio.gui.first_run import missing_model_files
+from studio.model_layout import REQUIRED_FILES
 from studio.settings import Settings
 
 pytestmark = pytest.mark.gui
@@ -27,6 +28,7 @@ def test_first_run_panel_until_a_complete_model_folder_is_chosen(qtbot, tmp_path
     assert window.pages.currentWidget() is window.first_run
 
     for name in REQUIRED_FILES:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"")
     (folder / "README.md").write_text("Random-weight CosyVoice2 folder (tiny) written by make-model.")
     assert missing_model_files(folder) == []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from studio.tts import features
+from studio.tts.frontend import features
 from tests.parity.conftest import relative_error
 
 pytestmark = pytest.mark.parity

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio.tts.hift import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
+from studio.tts.hift.model import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
 from tests.parity.conftest import relative_error
 from tests.tts.small_modules import F0_KWARGS, HIFT_KWARGS
 

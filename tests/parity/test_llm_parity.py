@@ -7,8 +7,9 @@ import functools
 import pytest
 import torch
 
-from studio.tts.llm import Qwen2Encoder, Qwen2LM, TorchTokenBackend
-from studio.tts.sampling import RasSampling
+from studio.tts.llm.model import Qwen2Encoder, Qwen2LM
+from studio.tts.llm.sampling import RasSampling
+from studio.tts.llm.torch_backend import TorchTokenBackend
 from tests.parity.conftest import relative_error
 
 pytestmark = pytest.mark.parity

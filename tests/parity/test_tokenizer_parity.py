@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from studio.tts.frontend import TextFrontend
-from studio.tts.text_normalize import is_only_punctuation, split_paragraph
-from studio.tts.tokenizer_builder import COSYVOICE_SPECIAL_TOKENS, write_tokenizer_folder
+from studio.tts.fabricate.tokenizer import write_tokenizer_folder
+from studio.tts.frontend.text import COSYVOICE_SPECIAL_TOKENS, TextFrontend
+from studio.tts.frontend.text_normalize import is_only_punctuation, split_paragraph
 
 pytestmark = pytest.mark.parity
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from studio.tts.builder import FULL_QWEN2, build_model_folder, folder_size_bytes
+from studio.model_layout import REQUIRED_FILES
 from studio.tts.config import Tagged, read_config
-from studio.tts.loader import REQUIRED_FILES
-from studio.tts.yaml_template import FULL_DIMENSIONS, render_yaml
+from studio.tts.fabricate.builder import FULL_QWEN2, build_model_folder, folder_size_bytes
+from studio.tts.fabricate.yaml_template import FULL_DIMENSIONS, render_yaml
 
 
 def _key_tree(value):
@@ -123,7 +123,7 @@ def test_full_size_matches_the_official_shapes(tmp_path):
 
 
 def test_unknown_size_is_refused(tmp_path):
-    from studio.tts.builder import BuildError
+    from studio.tts.fabricate.builder import BuildError
 
     with pytest.raises(BuildError, match="unknown size"):
         build_model_folder(tmp_path / "x", size="huge")

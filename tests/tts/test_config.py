@@ -6,7 +6,7 @@ import pytest
 
 from studio.tts.config import AttrDict, Tagged, read_config
 from studio.tts.errors import ConfigError
-from studio.tts.yaml_template import FULL_DIMENSIONS, TINY_DIMENSIONS, render_yaml
+from studio.tts.fabricate.yaml_template import FULL_DIMENSIONS, TINY_DIMENSIONS, render_yaml
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_official_yaml_resolves_references_and_arithmetic(official_yaml):
 
 def test_sections_build_our_classes(tmp_path):
     from studio.tts.flow.flow import CausalMaskedDiffWithXvec
-    from studio.tts.hift import HiFTGenerator
+    from studio.tts.hift.model import HiFTGenerator
 
     path = tmp_path / "cosyvoice2.yaml"
     path.write_text(render_yaml(TINY_DIMENSIONS))

@@ -11,7 +11,7 @@ from studio.tts.flow import (
     CausalMaskedDiffWithXvec,
     UpsampleConformerEncoder,
 )
-from studio.tts.hift import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
+from studio.tts.hift.model import ConvRNNF0Predictor, HiFTGenerator, load_hift_state_dict
 from tests.tts import small_modules
 from tests.tts.small_modules import CFM_PARAMS, ENCODER_KWARGS, FLOW_KWARGS, flow_inputs
 

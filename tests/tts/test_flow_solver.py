@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-from studio.tts.flow.batched_solve import EstimatorState
 from studio.tts.flow.cfm import NOISE_FRAMES
-from studio.tts.flow.incremental import IncrementalFlow
-from studio.tts.flow.solver import EstimatorSolver, SolveRequest
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
 from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
 
 # three takes with different prompt lengths and texts, driven with the same hop schedule

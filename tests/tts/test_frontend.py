@@ -9,11 +9,11 @@ import pytest
 import soundfile
 import torch
 
-from studio.tts.features import flow_mel, kaldi_fbank, whisper_log_mel
-from studio.tts.frontend import TextFrontend
+from studio.tts.fabricate.tokenizer import write_tokenizer_folder
+from studio.tts.frontend.features import flow_mel, kaldi_fbank, whisper_log_mel
+from studio.tts.frontend.onnx_models import OnnxModelError, SpeakerEmbedder, SpeechTokenizer
+from studio.tts.frontend.text import TextFrontend
 from studio.tts.loader import load_frontend
-from studio.tts.onnx_models import OnnxModelError, SpeakerEmbedder, SpeechTokenizer
-from studio.tts.tokenizer_builder import write_tokenizer_folder
 
 EMBED_WEIGHT = np.random.default_rng(0).standard_normal((80, 192)).astype(np.float32)
 
@@ -181,7 +181,7 @@ def test_text_frontend_needs_a_tokenizer_folder(tmp_path):
 def test_normalisation_needs_no_network(monkeypatch):
     import socket
 
-    from studio.tts.text_normalize import TextNormalizer
+    from studio.tts.frontend.text_normalize import TextNormalizer
 
     def no_network(*args, **kwargs):
         raise OSError("network is off in this test")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio.tts.hift_graphs import HiftGraphs
-from studio.tts.hift_source import draw_source_noise
+from studio.tts.hift.graphs import HiftGraphs
+from studio.tts.hift.source import draw_source_noise
 from tests.tts.test_flow_hift import make_hift
 
 
@@ -24,9 +24,9 @@ def test_noise_drawn_ahead_equals_drawing_inline(hift, batch):
         speech, source = hift.inference(mel, cache, torch.Generator().manual_seed(7))
         harmonics = hift.m_source.l_linear.in_features
         noise = draw_source_noise(batch, 23 * 480, harmonics, mel.device, torch.Generator().manual_seed(7))
-        again, again_source = hift.synthesize(mel, cache, None, noise)
+        again, again_source = hift.vocode_eager(mel, cache, None, noise)
         unseeded = draw_source_noise(batch, 23 * 480, harmonics, mel.device, None)
-        other, _ = hift.synthesize(mel, cache, None, unseeded)
+        other, _ = hift.vocode_eager(mel, cache, None, unseeded)
     assert torch.equal(source, again_source)  # the same draws
     # the capturable inverse STFT (no host read-back) equals torch.istft up to float rounding
     assert float((again - speech).abs().max()) < 1e-5 * float(speech.abs().max())

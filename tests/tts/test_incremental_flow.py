@@ -15,7 +15,7 @@ from studio.tts.flow import (
     CausalMaskedDiffWithXvec,
     UpsampleConformerEncoder,
 )
-from studio.tts.flow.incremental import IncrementalFlow
+from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.token2wav import Token2WavStream
 from tests.tts.test_flow_hift import CFM_PARAMS, ENCODER_KWARGS, ESTIMATOR_KWARGS, make_hift
 

@@ -7,9 +7,9 @@ import pytest
 import soundfile
 import torch
 
-import studio.tts.frontend as frontend_module
+import studio.tts.frontend.prompt as frontend_module
 from studio.tts.cosyvoice2 import SynthesisSpec
-from studio.tts.frontend import ENV_CACHE_ENTRIES, Frontend
+from studio.tts.frontend.prompt import ENV_CACHE_ENTRIES, Frontend
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ import threading
 import pytest
 import torch
 
-from studio.tts.flow.incremental import IncrementalFlow
-from studio.tts.flow.prompt_cache import PromptFlowCache, budget_bytes, prompt_key
+from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, budget_bytes, prompt_key
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 from tests.tts.test_incremental_flow import (
     TOLERANCE,
@@ -272,7 +272,7 @@ def test_saving_a_voice_warms_the_cache_for_its_first_streamed_take(
     tiny_model_dir, prompt_wav16k, monkeypatch, tmp_path
 ):
     from studio.tts.cosyvoice2 import CosyVoice2, SynthesisSpec
-    from studio.tts.flow.prompt_cache import default_cache
+    from studio.tts.flow.streaming.prompt_cache import default_cache
 
     monkeypatch.setenv("STUDIO_DATA_DIR", str(tmp_path))
     model = CosyVoice2(tiny_model_dir)
@@ -299,7 +299,7 @@ def test_saving_a_voice_warms_the_cache_for_its_first_streamed_take(
 
 def test_prompt_digests_are_remembered_per_tensor_and_notice_in_place_writes(monkeypatch):
     """Hashing a GPU prompt reads it back (a device sync): the same tensors are hashed once per voice."""
-    from studio.tts.flow import prompt_cache
+    from studio.tts.flow.streaming import prompt_cache
 
     hashed = []
     real = prompt_cache._tensor_digest

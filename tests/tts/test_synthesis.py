@@ -159,7 +159,7 @@ def test_vllm_request_gives_a_clear_error_when_unavailable(tiny_model_dir, monke
     from studio.tts.cosyvoice2 import CosyVoice2
     from studio.tts.errors import BackendUnavailableError
 
-    monkeypatch.setitem(sys.modules, "studio.tts.vllm_llm", None)  # as if the module were absent
+    monkeypatch.setitem(sys.modules, "studio.tts.llm.vllm.backend", None)  # as if the module were absent
     with pytest.raises(BackendUnavailableError, match="vLLM backend not available"):
         CosyVoice2(tiny_model_dir, load_vllm=True)
 

@@ -41,10 +41,10 @@ FULL_QWEN2 = {
 
 
 def build_lm(qwen2: dict, seed: int = 0, std: float = 0.08, device: str = "cpu"):
-    """A `Qwen2LM` (studio/tts/llm.py) with seeded random weights scaled so decoding is not degenerate."""
+    """A `Qwen2LM` (studio/tts/llm/model.py) with seeded random weights scaled so decoding is not degenerate."""
     from transformers import Qwen2Config
 
-    from studio.tts.llm import Qwen2Encoder, Qwen2LM
+    from studio.tts.llm.model import Qwen2Encoder, Qwen2LM
 
     torch.manual_seed(seed)
     config = Qwen2Config(**qwen2)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from studio.tts.llm import TorchTokenBackend
-from studio.tts.sampling import RasSampling
+from studio.tts.llm.sampling import RasSampling
+from studio.tts.llm.torch_backend import TorchTokenBackend
 from studio.tts.synthesis import SynthesisSpec
 
 pytestmark = pytest.mark.vllm
@@ -48,7 +48,7 @@ def run(backend, prompt, results, key, **kwargs):
 
 def test_plugin_serves_the_model_from_vllm_processes(vllm_voice):
     names = [e.value for e in entry_points(group="vllm.general_plugins")]
-    assert "studio.tts.vllm_plugin:register" in names
+    assert "studio.tts.llm.vllm.plugin:register" in names
     assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
     # the engine core runs in its own process, where only the entry point can have registered our class
     assert type(vllm_voice.backend._engine.engine_core).__name__ != "InprocClient"

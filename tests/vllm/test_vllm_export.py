@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from studio.tts.vllm_export import STAMP_FILE, VllmExportError, export_for_vllm
-from studio.tts.vllm_plugin import ARCHITECTURE
+from studio.tts.llm.vllm.export import STAMP_FILE, VllmExportError, export_for_vllm
+from studio.tts.llm.vllm.plugin import ARCHITECTURE
 
 
 @pytest.fixture()
@@ -68,7 +68,7 @@ def test_bad_llm_pt_raises_and_leaves_no_partial_export(tmp_path):
 def test_plugin_path_names_the_model_class_the_export_declares():
     import importlib
 
-    from studio.tts.vllm_plugin import MODEL_CLASS_PATH
+    from studio.tts.llm.vllm.plugin import MODEL_CLASS_PATH
 
     module, name = MODEL_CLASS_PATH.split(":")
     assert getattr(importlib.import_module(module), name).__name__ == ARCHITECTURE
@@ -98,7 +98,7 @@ def test_export_writes_and_declares_the_run_dtype_and_each_dtype_has_its_own_fol
 
 
 def test_auto_dtype_is_resolved_before_the_export_as_vllm_would():
-    from studio.tts.vllm_llm import resolve_dtype
+    from studio.tts.llm.vllm.backend import resolve_dtype
 
     gpu = ["bfloat16", "float16", "float32"]
     assert resolve_dtype("auto", "float32", gpu) == "bfloat16"  # vLLM downcasts float32 weights

@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("vllm")
 
-from studio.tts.sampling import RasSampling  # noqa: E402
-from studio.tts.vllm_llm import VllmBackendError, VllmTokenBackend  # noqa: E402
+from studio.tts.llm.sampling import RasSampling  # noqa: E402
+from studio.tts.llm.vllm.backend import VllmBackendError, VllmTokenBackend  # noqa: E402
 
 STOPS = [6561, 6562, 6563]
 
@@ -123,7 +123,7 @@ class RecordingCore:
 
 
 def test_close_shuts_the_engine_core_down_once_even_when_a_step_hangs(monkeypatch):
-    import studio.tts.vllm_llm as vllm_llm
+    import studio.tts.llm.vllm.backend as vllm_llm
 
     monkeypatch.setattr(vllm_llm, "STEPPER_JOIN_TIMEOUT_S", 0.5)
     release = threading.Event()

@@ -13,8 +13,8 @@ from studio.settings import Settings, save_settings
 
 def test_flags_override_saved_settings_and_reach_engine_args(tmp_path, monkeypatch):
     pytest.importorskip("vllm")
-    from studio.tts.vllm_llm import engine_args
-    from studio.tts.vllm_sampling import PROCESSOR_PATH
+    from studio.tts.llm.vllm.backend import engine_args
+    from studio.tts.llm.vllm.sampling import PROCESSOR_PATH
 
     monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path))
     save_settings(dataclasses.replace(Settings(), max_num_seqs=12, max_model_len=3000, dtype="bfloat16"))

@@ -10,8 +10,8 @@ pytest.importorskip("vllm")
 from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
-from studio.tts.sampling import RasSampling  # noqa: E402
-from studio.tts.vllm_sampling import RasLogitsProcessor, ras_extra_args, step_uniform  # noqa: E402
+from studio.tts.llm.sampling import RasSampling  # noqa: E402
+from studio.tts.llm.vllm.sampling import RasLogitsProcessor, ras_extra_args, step_uniform  # noqa: E402
 
 STOPS = [9, 10, 11]
 

@@ -49,13 +49,9 @@ class CausalConditionalCFM(nn.Module):
         self.estimator = estimator
         noise = torch.randn([1, MEL_BINS, NOISE_FRAMES], generator=torch.Generator().manual_seed(0))
         self.register_buffer("rand_noise", noise, persistent=False)
-        self._graphs = None  # EstimatorGraphs once use_cuda_graphs() is called
-
-    def use_cuda_graphs(self, enabled: bool = True, bucket_frames: int = 64, max_frames: int = 2048) -> None:
-        """Replay the estimator as CUDA graphs on CUDA inputs (several times faster; call after loading)."""
-        from studio.tts.flow.graphs import EstimatorGraphs
-
-        self._graphs = EstimatorGraphs(self.estimator, bucket_frames, max_frames) if enabled else None
+        # A callable with the estimator's signature that replays it as CUDA graphs (flow/graphs.py); the
+        # loader attaches it on CUDA. The model itself never imports a speed-up.
+        self.graphs = None
 
     def time_span(self, n_timesteps: int, like: torch.Tensor) -> torch.Tensor:
         t_span = torch.linspace(0, 1, n_timesteps + 1, device=like.device, dtype=like.dtype)
@@ -106,7 +102,7 @@ class CausalConditionalCFM(nn.Module):
         if cond is not None:
             cond_in[:batch] = cond
         rate = self.inference_cfg_rate
-        estimator = self._graphs if self._graphs is not None else self.estimator
+        estimator = self.graphs if self.graphs is not None else self.estimator
         for step in range(1, len(t_span)):
             x_in = torch.cat([x, x], dim=0)
             t_in = t.expand(2 * batch)

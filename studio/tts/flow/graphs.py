@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from studio.tts.cuda_graphs import autocast_context, capture_graph
+from studio.tts.device.cuda_graphs import autocast_context, capture_graph
 
 
 def pad_frames(tensor: torch.Tensor, frames: int) -> torch.Tensor:

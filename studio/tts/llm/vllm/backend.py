@@ -5,7 +5,7 @@ gets its own queue; the stepping thread adds and aborts requests, steps the engi
 unfinished and routes new tokens (vLLM's DELTA outputs) to their queues. Cancelling (the event, or
 closing the generator) aborts the request in vLLM; an engine error reaches every waiting caller.
 Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs in a logits processor
-(tts/vllm_sampling.py) that draws the token from the RAS distribution with the request's seed.
+(tts/llm/vllm/sampling.py) that draws the token from the RAS distribution with the request's seed.
 """
 
 from __future__ import annotations
@@ -21,24 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.tts.errors import BackendUnavailableError
-from studio.tts.llm import check_prompt_embeds
+from studio.tts.llm.backend import check_prompt_embeds
+from studio.vllm_options import VLLM_DEFAULTS
 
 if TYPE_CHECKING:
     import torch
 
-    from studio.tts.sampling import RasSampling
+    from studio.tts.llm.sampling import RasSampling
 
 log = logging.getLogger(__name__)
 
-# The seed's knobs (settings + CLI) and the values used when the caller leaves one out.
-DEFAULT_VLLM_OPTIONS: dict[str, Any] = {
-    "gpu_memory_utilization": 0.2,
-    "max_num_seqs": 16,
-    "max_num_batched_tokens": 4096,
-    "enforce_eager": False,
-    "dtype": "auto",
-    "max_model_len": 4096,
-}
+# The studio's knobs (settings, dialog, CLI: studio/vllm_options.py) and the values used when the caller
+# leaves one out.
+DEFAULT_VLLM_OPTIONS: dict[str, Any] = dict(VLLM_DEFAULTS)
 CANCEL_POLL_S = 0.05
 # How long vLLM's engine-core process gets to tear down (its executor waits for its workers, then it
 # unlinks its shared-memory queues) before it is killed. vLLM's own default (5 s) is shorter than that
@@ -165,7 +160,7 @@ class VllmTokenBackend:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from studio.tts.vllm_sampling import ras_extra_args
+        from studio.tts.llm.vllm.sampling import ras_extra_args
 
         min_len = max_len if ignore_stop else min(min_len, max_len)
         common = dict(
@@ -310,7 +305,7 @@ def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
     """vLLM EngineArgs for an exported folder: prompt embeddings in, no tokenizer, RAS processor."""
     from vllm import EngineArgs
 
-    from studio.tts.vllm_sampling import PROCESSOR_PATH
+    from studio.tts.llm.vllm.sampling import PROCESSOR_PATH
 
     options = {**DEFAULT_VLLM_OPTIONS, **{k: v for k, v in vllm_options.items() if v is not None}}
     return EngineArgs(
@@ -330,7 +325,7 @@ def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
         from vllm import LLMEngine
     except ImportError as exc:
         raise BackendUnavailableError(f"vLLM is not installed or fails to import: {exc}") from exc
-    from studio.tts.vllm_plugin import register
+    from studio.tts.llm.vllm.plugin import register
 
     register()  # the entry point does this in vLLM's processes; here it only makes the name known early
     return LLMEngine.from_engine_args(engine_args(model_path, **vllm_options))
@@ -368,7 +363,7 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     """
     import torch
 
-    from studio.tts.vllm_export import export_for_vllm, weights_dtype
+    from studio.tts.llm.vllm.export import export_for_vllm, weights_dtype
 
     llm_pt = Path(model_dir) / "llm.pt"
     requested = vllm_options.get("dtype") or DEFAULT_VLLM_OPTIONS["dtype"]

@@ -6,7 +6,7 @@ at every Euler step for its two classifier-free-guidance rows, plus the causal c
 were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
 attends through its own bias (chunk mask, and nothing at or past its last real frame), and keeps its
 conv tails at its own commit point and mark. Padding is exact: the convolutions are causal, the norms
-work per frame, and the bias hides padded keys from real frames. `EstimatorSolver` (tts/flow/solver.py)
+work per frame, and the bias hides padded keys from real frames. `EstimatorSolver` (tts/flow/streaming/solver.py)
 forms the batches and replays this as CUDA graphs.
 """
 

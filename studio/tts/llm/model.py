@@ -1,9 +1,8 @@
-"""The text-to-speech-token language model (upstream CosyVoice2's Qwen2LM) and its PyTorch token backend.
+"""The text-to-speech-token language model (upstream CosyVoice2's Qwen2LM): modules only.
 
 `Qwen2LM` reproduces upstream's submodule names (`llm_embedding`, `llm.model`, `llm_decoder`,
-`speech_embedding`) so the official `llm.pt` loads with `strict=True`. `TorchTokenBackend` decodes speech
-tokens with a transformers `DynamicCache` (upstream's HF loop garbles on transformers 5), a per-request
-`torch.Generator` and a cancel event; the vLLM backend (tts/vllm_llm.py) follows the same `generate` protocol.
+`speech_embedding`) so the official `llm.pt` loads with `strict=True`. The token backends that decode with
+it live beside it (`torch_backend.py`, `vllm/backend.py`), both implementing `backend.TokenBackend`.
 
 Loading on the meta device: build `Qwen2LM` under `torch.device("meta")`, `load_state_dict(sd, strict=True,
 assign=True)`, move it to its device, then call `materialize_buffers()` (the rotary frequencies are not in
@@ -13,16 +12,16 @@ the state dict and would stay on `meta`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from studio.tts.device.transfer import to_device
 from studio.tts.errors import MissingModelFileError, ModelFolderError
-from studio.tts.sampling import RasSampling
-from studio.tts.transfer import to_device
+from studio.tts.llm.sampling import RasSampling
 
 if TYPE_CHECKING:
     from transformers import Qwen2Config
@@ -207,80 +206,7 @@ class Qwen2LM(nn.Module):
         return self.llm_decoder(hidden).float().log_softmax(dim=-1)
 
 
-def check_prompt_embeds(prompt_embeds: torch.Tensor, hidden_size: int) -> None:
-    """Refuse anything but the token-backend protocol's [L, hidden_size] prompt, before any decoding."""
-    if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != hidden_size:
-        raise ValueError(f"prompt_embeds must be [L, {hidden_size}], got {tuple(prompt_embeds.shape)}")
-
-
 def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
     if isinstance(ids, torch.Tensor):
         return ids.reshape(-1).to(device=device, dtype=torch.long)
     return to_device(torch.as_tensor(ids, dtype=torch.long).reshape(-1), device)  # no wait for the GPU
-
-
-class TorchDecodeSession:
-    """One request's decoding state on the PyTorch backend: KV cache and the next-token log-probs."""
-
-    def __init__(self, lm: Qwen2LM, prompt_embeds: torch.Tensor) -> None:
-        check_prompt_embeds(prompt_embeds, lm.llm_input_size)
-        self.lm = lm
-        self.cache = lm.llm.new_cache()
-        self._pending = prompt_embeds.unsqueeze(0)
-
-    @torch.inference_mode()
-    def logp(self) -> torch.Tensor:
-        """Feed what is pending through the backbone and return the next-token log-probs [V] (float32)."""
-        hidden = self.lm.llm.step(self._pending, self.cache)
-        return self.lm.speech_logp(hidden)[0]
-
-    @torch.inference_mode()
-    def feed(self, token: int) -> None:
-        """Queue a decoded speech token as the next input position."""
-        self._pending = self.lm.speech_embedding.weight[token].reshape(1, 1, -1)
-
-
-class TorchTokenBackend:
-    """Speech-token decoding with plain PyTorch + transformers (the reference-exact, any-device backend)."""
-
-    def __init__(self, llm: Qwen2LM) -> None:
-        self.llm = llm
-
-    def start(self, prompt_embeds: torch.Tensor) -> TorchDecodeSession:
-        return TorchDecodeSession(self.llm, prompt_embeds)
-
-    def generate(
-        self,
-        prompt_embeds: torch.Tensor,
-        *,
-        min_len: int,
-        max_len: int,
-        sampling: RasSampling,
-        seed: int | None,
-        cancel: threading.Event,
-        ignore_stop: bool = False,
-    ) -> Iterator[int]:
-        """Yield speech token ids until a stop id (after `min_len`), `max_len` tokens, or `cancel` is set."""
-        session = self.start(prompt_embeds)
-        generator = torch.Generator(device=prompt_embeds.device)
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(int(seed))
-        stop_ids = self.llm.stop_token_ids
-        decoded: list[int] = []
-        for step in range(max_len):
-            if cancel.is_set():
-                return
-            logp = session.logp()
-            if ignore_stop or step < min_len:
-                token = sampling.sample_avoiding(logp, decoded, stop_ids, generator)
-            else:
-                token = sampling.sample(logp, decoded, generator)
-            if token in stop_ids:
-                return
-            if cancel.is_set():
-                return
-            yield token
-            decoded.append(token)
-            session.feed(token)

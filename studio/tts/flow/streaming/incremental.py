@@ -11,14 +11,14 @@ its values never change; `IncrementalFlow` keeps, per request, what later frames
   upsampling convolution's left context; the pre-lookahead convolutions are recomputed from token ids;
 - estimator: for each Euler step, the keys/values of every transformer block (CFG rows batched) and the
   last ``kernel - 1`` input frames of every causal convolution, in one `EstimatorState`; the Euler solve
-  itself runs in the flow's `EstimatorSolver` (tts/flow/solver.py), batched with concurrent takes' chunks
+  itself runs in the flow's `EstimatorSolver` (tts/flow/streaming/solver.py), batched with concurrent takes' chunks
   and replayed as CUDA graphs on a GPU.
 
 Results equal the full-prefix re-run (`CausalMaskedDiffWithXvec.inference`) up to float rounding. The cache
 is committed only up to the last complete chunk, so any hop schedule stays exact (an unaligned tail is
 recomputed next call); finalize never commits, so it can be repeated.
 
-With a `PromptFlowCache` (tts/flow/prompt_cache.py) a request starts from the cached state of its prompt's
+With a `PromptFlowCache` (tts/flow/streaming/prompt_cache.py) a request starts from the cached state of its prompt's
 exactly reusable frames (computed once per voice) instead of recomputing them.
 """
 
@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from studio.tts.flow.batched_solve import EstimatorState
+from studio.tts.device.transfer import to_device
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
-from studio.tts.flow.solver import SolveRequest, solver_for
-from studio.tts.transfer import to_device
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.solver import SolveRequest, solver_for
 
 
 class KVBuffer:

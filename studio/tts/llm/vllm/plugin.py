@@ -9,7 +9,7 @@ from __future__ import annotations
 
 #: The exported config.json names this architecture; the class in vllm_model.py carries the same name.
 ARCHITECTURE = "CosyVoice2StudioForCausalLM"
-MODEL_CLASS_PATH = f"studio.tts.vllm_model:{ARCHITECTURE}"
+MODEL_CLASS_PATH = f"studio.tts.llm.vllm.model:{ARCHITECTURE}"
 
 
 def register() -> None:

@@ -14,10 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from studio.tts import yaml_template
-from studio.tts.builder_onnx import write_campplus, write_speech_tokenizer
-from studio.tts.config import read_config
-from studio.tts.loader import (
+from studio.model_layout import (
     BLANKEN_DIR,
     CAMPPLUS_FILE,
     FLOW_FILE,
@@ -26,6 +23,9 @@ from studio.tts.loader import (
     SPEECH_TOKENIZER_FILE,
     YAML_FILE,
 )
+from studio.tts.config import read_config
+from studio.tts.fabricate import yaml_template
+from studio.tts.fabricate.onnx_files import write_campplus, write_speech_tokenizer
 
 #: Bump when the files a size produces change, so caches keyed on it rebuild.
 BUILDER_VERSION = 1
@@ -78,20 +78,18 @@ def source_fingerprint() -> str:
     """
     import hashlib
 
-    package = Path(__file__).resolve().parent
+    tts = Path(__file__).resolve().parents[1]
     names = [
-        "builder.py",
-        "builder_onnx.py",
-        "yaml_template.py",
-        "tokenizer_builder.py",
-        "llm.py",
-        "hift.py",
-        "hift_source.py",
-        *sorted(p.relative_to(package).as_posix() for p in (package / "flow").glob("*.py")),
+        *sorted(p.relative_to(tts).as_posix() for p in (tts / "fabricate").glob("*.py")),
+        "frontend/text.py",
+        "llm/model.py",
+        "hift/model.py",
+        "hift/source.py",
+        *sorted(p.relative_to(tts).as_posix() for p in (tts / "flow").glob("*.py")),
     ]
     digest = hashlib.sha1()
     for name in names:
-        path = package / name
+        path = tts / name
         digest.update(name.encode() + (path.read_bytes() if path.is_file() else b""))
     return digest.hexdigest()[:10]
 
@@ -110,7 +108,7 @@ def _dimensions(size: str) -> tuple[dict, dict]:
 
 def _write_blanken(folder: Path, qwen2: dict, size: str) -> dict:
     """Tokenizer files and config.json; returns the config with a vocabulary that covers the tokenizer."""
-    from studio.tts.tokenizer_builder import write_tokenizer_folder
+    from studio.tts.fabricate.tokenizer import write_tokenizer_folder
 
     folder.mkdir(parents=True, exist_ok=True)
     token_ids = write_tokenizer_folder(folder)

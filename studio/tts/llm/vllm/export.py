@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from studio.tts.vllm_plugin import ARCHITECTURE
+from studio import envs
+from studio.tts.llm.vllm.plugin import ARCHITECTURE
 from studio.user_dirs import user_dir
 
 EXPORTER_VERSION = 3  # bump whenever the exported files change (3: weights cast to the run dtype)
@@ -37,7 +38,7 @@ class VllmExportError(RuntimeError):
 
 def cache_root() -> Path:
     """Studio cache folder: ``$STUDIO_CACHE_DIR`` or platformdirs' user cache dir."""
-    return user_dir("STUDIO_CACHE_DIR", "user_cache_dir")
+    return user_dir(envs.CACHE_DIR, "user_cache_dir")
 
 
 def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:

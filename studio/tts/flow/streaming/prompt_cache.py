@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -25,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from studio.tts.flow.batched_solve import EstimatorState
-from studio.tts.flow.incremental import IncrementalFlow, KVBuffer
+from studio import envs
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.incremental import IncrementalFlow, KVBuffer
 
-ENV_BUDGET = "STUDIO_PROMPT_CACHE_MB"
 DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
 
 
@@ -311,11 +310,9 @@ _defaults_lock = threading.Lock()
 
 def budget_bytes(device_type: str) -> int:
     """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
-    value = os.environ.get(ENV_BUDGET, "").strip()
-    try:
-        megabytes = float(value) if value else DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
-    except ValueError as exc:
-        raise ValueError(f"{ENV_BUDGET} must be a number of megabytes, got {value!r}") from exc
+    megabytes = envs.PROMPT_CACHE_MB.number()
+    if megabytes is None:
+        megabytes = DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
     return max(0, int(megabytes * 2**20))
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from studio.tts.hift_source import SourceModuleHnNSF2, SourceNoise
+from studio.tts.hift.source import SourceModuleHnNSF2, SourceNoise
 
 
 def get_padding(kernel_size: int, dilation: int = 1) -> int:
@@ -107,6 +107,7 @@ class HiFTGenerator(nn.Module):
         super().__init__()
         if f0_predictor is None:
             raise ValueError("HiFTGenerator needs an f0_predictor module")
+        self.graphs = None  # CUDA-graph replay of `inference` (hift/graphs.py), attached by the loader on CUDA
         if sampling_rate == 22050:
             raise ValueError("HiFTGenerator: the 22.05 kHz (CosyVoice 1) source module is not supported")
         istft_params = dict(istft_params or {"n_fft": 16, "hop_len": 4})
@@ -221,12 +222,6 @@ class HiFTGenerator(nn.Module):
         audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]), graph_safe)
         return torch.clamp(audio, -self.audio_limit, self.audio_limit)
 
-    def use_cuda_graphs(self, enabled: bool = True) -> None:
-        """Replay `inference` as CUDA graphs on CUDA inputs (its ~1,000 small kernels are launch-bound)."""
-        from studio.tts.hift_graphs import HiftGraphs
-
-        self._graphs = HiftGraphs(self) if enabled else None
-
     @torch.inference_mode()
     def inference(
         self,
@@ -239,12 +234,12 @@ class HiFTGenerator(nn.Module):
         `cache_source` (the previous call's source tail) replaces the start of the new source so chunk
         edges join without glitches; randomness comes from `generator` when given.
         """
-        graphs = getattr(self, "_graphs", None)
+        graphs = self.graphs
         if graphs is not None and speech_feat.is_cuda:
             return graphs.inference(speech_feat, cache_source, generator)
-        return self.synthesize(speech_feat, cache_source, generator)
+        return self.vocode_eager(speech_feat, cache_source, generator)
 
-    def synthesize(
+    def vocode_eager(
         self,
         speech_feat: torch.Tensor,
         cache_source: torch.Tensor | None,

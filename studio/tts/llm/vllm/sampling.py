@@ -17,7 +17,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 EXTRA_ARGS_KEY = "cosyvoice_ras"
-PROCESSOR_PATH = "studio.tts.vllm_sampling:RasLogitsProcessor"
+PROCESSOR_PATH = "studio.tts.llm.vllm.sampling:RasLogitsProcessor"
 
 
 _MASK64 = (1 << 64) - 1

@@ -12,31 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from studio.tts.frontend.text import COSYVOICE_SPECIAL_TOKENS
+
 # Qwen2's special tokens follow the BPE vocabulary, in this order (as in the real BlankEN folder).
 QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-# The CosyVoice2 fine-grained control tokens the frontend adds on load (upstream's list, in its order).
-COSYVOICE_SPECIAL_TOKENS = (
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|endofprompt|>",
-    "[breath]",
-    "<strong>",
-    "</strong>",
-    "[noise]",
-    "[laughter]",
-    "[cough]",
-    "[clucking]",
-    "[accent]",
-    "[quick_breath]",
-    "<laughter>",
-    "</laughter>",
-    "[hissing]",
-    "[sigh]",
-    "[vocalized-noise]",
-    "[lipsmack]",
-    "[mn]",
-)
 
 _SAMPLE_TEXT = """
 The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore, and the shells she sells

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from studio.tts.cuda_graphs import capture_graph
-from studio.tts.hift_source import SourceNoise, draw_source_noise
+from studio.tts.device.cuda_graphs import capture_graph
+from studio.tts.hift.source import SourceNoise, draw_source_noise
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class HiftGraphs:
         if cache_source is None:
             cache_source = speech_feat.new_zeros(batch, 1, 0, dtype=torch.float32)
         if not self.enabled or torch.cuda.is_current_stream_capturing():
-            return hift.synthesize(speech_feat, cache_source, None, noise)
+            return hift.vocode_eager(speech_feat, cache_source, None, noise)
         weights = next(hift.parameters())
         inputs = (speech_feat, cache_source, noise.phase, noise.sine, noise.unused)
         key = (speech_feat.device, batch, frames, cache_source.shape[2], speech_feat.dtype, weights.dtype)
@@ -72,7 +72,7 @@ class HiftGraphs:
                     log.warning("HiFT: CUDA-graph capture failed; vocoding continues eagerly", exc_info=True)
                     self.enabled = False
                     self._drop()
-                    return hift.synthesize(speech_feat, cache_source, None, noise)
+                    return hift.vocode_eager(speech_feat, cache_source, None, noise)
                 self._graphs[key] = captured
                 self.captures += 1
                 while len(self._graphs) > self.max_graphs:
@@ -90,7 +90,7 @@ class HiftGraphs:
 
     def _run(self, static: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         mel, cache_source, phase, sine, unused = static
-        return self.hift.synthesize(mel, cache_source, None, SourceNoise(phase, sine, unused))
+        return self.hift.vocode_eager(mel, cache_source, None, SourceNoise(phase, sine, unused))
 
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured:
         static = tuple(tensor.clone() for tensor in inputs)

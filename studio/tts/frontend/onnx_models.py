@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from studio.tts.features import kaldi_fbank, whisper_log_mel
+from studio.tts.frontend.features import kaldi_fbank, whisper_log_mel
 
 SPEAKER_EMBEDDING_DIM = 192
 

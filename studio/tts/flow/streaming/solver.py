@@ -10,7 +10,7 @@ one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver
 - lets concurrent takes combine: whoever finds the solver idle runs every request queued at that moment
   as one batch (no waiting, so a lone take is never delayed), the others wait for their results;
 - copies the batch's states into a shared work arena, runs one solve over all rows with static shapes
-  (`solve_batch` in tts/flow/batched_solve.py: frames padded to a bucket and masked out, per-row
+  (`solve_batch` in tts/flow/streaming/batched_solve.py: frames padded to a bucket and masked out, per-row
   positions as tensors), and copies the new committed rows back;
 - on CUDA, captures that solve once per (batch, frames) bucket as a CUDA graph and replays it; the
   graphs attend over the arena's whole context, which grows by doubling (and drops the graphs).
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,8 +27,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from studio.tts.cuda_graphs import autocast_context, capture_graph
-from studio.tts.flow.batched_solve import (
+from studio import envs
+from studio.tts.device.cuda_graphs import autocast_context, capture_graph
+from studio.tts.device.transfer import to_device
+from studio.tts.flow.masks import mask_to_bias
+from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
     SolveInputs,
@@ -37,13 +39,9 @@ from studio.tts.flow.batched_solve import (
     euler_times,
     solve_batch,
 )
-from studio.tts.flow.masks import mask_to_bias
-from studio.tts.transfer import to_device
 
 log = logging.getLogger(__name__)
 
-ENV_BATCH_MB = "STUDIO_FLOW_BATCH_MB"
-ENV_MAX_BATCH = "STUDIO_FLOW_MAX_BATCH"
 
 
 @dataclass
@@ -76,14 +74,9 @@ def _bucket_batch(size: int) -> int:
     return 1 << (size - 1).bit_length()
 
 
-def _env_number(name: str, default: float) -> float:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {value!r}") from exc
+def _env_number(var: envs.EnvVar, default: float) -> float:
+    value = var.number()
+    return default if value is None else value
 
 
 @dataclass
@@ -120,9 +113,9 @@ class EstimatorSolver:
         self.layout = Layout(self.estimator)
         self.wants_graphs = self.graphs = graphs  # `graphs` turns False if a capture ever fails
         self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
-        self.max_batch = int(max_batch or _env_number(ENV_MAX_BATCH, 16))
+        self.max_batch = int(max_batch or _env_number(envs.FLOW_MAX_BATCH, 16))
         if self.max_batch < 1:
-            raise ValueError(f"{ENV_MAX_BATCH} must be at least 1")
+            raise ValueError(f"{envs.FLOW_MAX_BATCH.name} must be at least 1")
         self.budget_bytes = budget_bytes
         self._queue: list[SolveRequest] = []
         self._busy = False
@@ -213,7 +206,7 @@ class EstimatorSolver:
             default = torch.cuda.get_device_properties(device).total_memory / 5 / 2**20
         else:
             default = 1024
-        self.budget_bytes = int(_env_number(ENV_BATCH_MB, default) * 2**20)
+        self.budget_bytes = int(_env_number(envs.FLOW_BATCH_MB, default) * 2**20)
         return self.budget_bytes
 
     def _plan(self, group: list[SolveRequest]) -> _Batch:
@@ -424,9 +417,9 @@ _solvers_lock = threading.Lock()
 
 
 def solver_for(cfm: nn.Module) -> EstimatorSolver:
-    """The flow's one solver (CUDA graphs when `use_cuda_graphs()` switched them on)."""
+    """The flow's one solver (CUDA graphs when the loader attached graphs to `cfm`)."""
     with _solvers_lock:
-        graphs = getattr(cfm, "_graphs", None) is not None
+        graphs = getattr(cfm, "graphs", None) is not None
         solver = getattr(cfm, "_solver", None)
         if solver is None or solver.wants_graphs != graphs:
             solver = cfm._solver = EstimatorSolver(cfm, graphs)

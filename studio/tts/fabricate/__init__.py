@@ -1,0 +1,1 @@
+"""Random-weight model folders in the official layout (tests, benchmarks). The runtime never imports this."""

@@ -1,0 +1,1 @@
+"""Everything before the LM: text normalisation and tokens, audio features, the ONNX prompt models."""

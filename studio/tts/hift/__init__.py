@@ -1,0 +1,1 @@
+"""HiFT vocoder: the model (`model`, `source`) and its CUDA-graph replay (`graphs`)."""

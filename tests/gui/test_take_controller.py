@@ -1,0 +1,90 @@
+"""The take controller owns the take in progress: it listens to the bridge itself, keeps the rate each chunk
+carries, saves what finished, and ends the take when the engine goes away."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from studio.engine.protocol import AudioChunk, EngineState, State, TakeFinished, TakeStats
+from studio.gui.bridge import EngineSignals
+from studio.gui.take_controller import TakeController
+from studio.gui.text_panel import TextRequest
+from studio.gui.voice_panel import Prompt
+from studio.request import Mode
+from studio.takes import TakeStore
+
+pytestmark = pytest.mark.gui
+
+
+class RecordingBridge(EngineSignals):
+    """The bridge's signals without an engine (the engine is tested elsewhere); records what is sent."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent, self.cancelled = [], []
+
+    def synthesize(self, request):
+        self.sent.append(request)
+        return request.request_id
+
+    def cancel(self, request_id):
+        self.cancelled.append(request_id)
+
+
+def _text(mode=Mode.CROSS_LINGUAL):
+    return TextRequest(text="Hello there.", mode=mode, instruct="", speed=1.0, seed=3, stream=True)
+
+
+PROMPT = Prompt(np.zeros(16000, np.float32), 16000, transcript="", voice_name="Ada")
+
+
+@pytest.fixture
+def controller(qtbot, tmp_path):
+    bridge = RecordingBridge()
+    return TakeController(bridge, TakeStore(tmp_path / "takes")), bridge
+
+
+def _stats(seconds):
+    return TakeStats(0.1, 0.2, seconds, 0.2 / seconds, 10, 2)
+
+
+def test_chunks_carry_their_rate_to_the_listeners_and_into_the_saved_take(controller, qtbot):
+    takes, bridge = controller
+    heard = []
+    takes.sig_chunk.connect(lambda samples, rate, latency: heard.append((samples.size, rate)))
+    assert takes.start(_text(), PROMPT)
+    request_id = bridge.sent[0].request_id
+    for index in range(2):
+        bridge.sig_chunk.emit(AudioChunk(request_id, index, np.full(800, 0.1, np.float32), 16000))
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_take_finished.emit(TakeFinished(request_id, _stats(0.1)))
+    assert heard == [(800, 16000), (800, 16000)]
+    take = finished.args[1]
+    audio, rate = takes.store.load_audio(take.id)
+    assert rate == 16000 and audio.size == 1600 and take.mode == "cross-lingual"
+    assert not takes.busy
+
+
+def test_chunks_of_another_take_are_ignored(controller):
+    takes, bridge = controller
+    heard = []
+    takes.sig_chunk.connect(lambda *args: heard.append(args))
+    takes.start(_text(), PROMPT)
+    bridge.sig_chunk.emit(AudioChunk("someone-else", 0, np.ones(10, np.float32), 24000))
+    assert heard == []
+
+
+def test_an_engine_crash_ends_the_take_as_failed(controller, qtbot):
+    takes, bridge = controller
+    takes.start(_text(), PROMPT)
+    with qtbot.waitSignal(takes.sig_failed) as failed:
+        bridge.sig_state_changed.emit(State(EngineState.CRASHED, "gone"))
+    assert "crashed" in failed.args[0] and not takes.busy
+
+
+def test_a_missing_transcript_is_explained_by_its_field(controller, qtbot):
+    takes, bridge = controller
+    with qtbot.waitSignal(takes.sig_failed) as failed:
+        assert not takes.start(_text(Mode.ZERO_SHOT), PROMPT)
+    assert "transcript of the voice recording" in failed.args[0] and bridge.sent == []
