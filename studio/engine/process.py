@@ -196,6 +196,7 @@ class Engine:
             self.send(Progress(request.request_id, message, fraction))
 
         log.info("take %s: %d characters, mode %s", request.request_id, len(request.text), request.mode)
+        outcome: Any = None
         try:
             stats = runner.run_take(
                 loaded.model,
@@ -206,13 +207,17 @@ class Engine:
                 backend=loaded.backend,
             )
             log.info("take %s done: %s", request.request_id, stats)
-            self.send(TakeFinished(request.request_id, stats))
+            outcome = TakeFinished(request.request_id, stats)
         except Exception as exc:  # noqa: BLE001 - reported as this take's Error
             log.exception("take %s failed", request.request_id)
-            self.send(Error(request.request_id, f"synthesis failed: {exc}", traceback.format_exc()))
+            outcome = Error(request.request_id, f"synthesis failed: {exc}", traceback.format_exc())
         finally:
+            # The take leaves the running list before its outcome is sent: a take the client starts on
+            # hearing it must not be counted beside this one ("busy 2 take(s)" with one running).
             with self._takes_lock:
                 self._takes.pop(request.request_id, None)
+                if outcome is not None:
+                    self.send(outcome)
                 if not self._takes and self.loaded is not None and self._state is EngineState.BUSY:
                     self._ready_again()
 
