@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import envs
-from studio.atomic_files import atomic_write_bytes
+from studio.atomic_files import atomic_write_bytes, ensure_folder
 from studio.user_dirs import user_dir
 from studio.vllm_options import VLLM_DEFAULTS, VLLM_OPTION_NAMES, VLLM_OPTIONS
 
@@ -41,15 +41,17 @@ def config_dir() -> Path:
     return path
 
 
-def data_dir() -> Path:
-    """The folder for takes, saved voices and logs (``$STUDIO_DATA_DIR`` overrides the default)."""
+def data_dir(create: bool = True) -> Path:
+    """The folder for takes, saved voices and logs (``$STUDIO_DATA_DIR`` overrides the default).
+
+    With ``create`` it is made if missing (a failure is a `DiskError` naming it); without, it is only named.
+    """
     path = user_dir(envs.DATA_DIR, "user_data_dir")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return ensure_folder(path) if create else path
 
 
 def default_output_dir() -> str:
-    return str(data_dir() / "takes")
+    return str(data_dir(create=False) / "takes")
 
 
 @dataclass

@@ -1,13 +1,18 @@
 """The take store: every finished take as a float32 WAV plus a JSON sidecar, written at once, Qt-free.
 
-A take is written the moment it finishes (temp file then rename), so a crash loses nothing. The store
-lists, replays (loads), renames, deletes and exports takes; a denoised copy may sit beside the original.
+A take is written the moment it finishes, as one unit: its WAV and sidecar are both written in full
+under temporary names, then renamed into place with the sidecar last, so a crash or a full disk leaves
+the whole take or nothing. The store lists, replays (loads), renames, deletes and exports takes; a
+denoised copy may sit beside the original. The folder is created on the first write, so a store on an
+unplugged or read-only drive can be opened (and says what is wrong) without failing the studio. Take
+ids are checked: a sidecar can never make the store touch a file outside its folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -17,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from studio.atomic_files import atomic_path, atomic_write_bytes
+from studio.atomic_files import atomic_write_bytes, ensure_folder, write_new_files
 
 SIDECAR_VERSION = 1
+#: what a take id may look like: a file-name stem, never a path
+_TAKE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
 
 
 class TakeError(Exception):
@@ -52,11 +59,17 @@ class Take:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def _atomic_write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> None:
-    import soundfile as sf
+def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    from studio.audio.export import encode_audio
 
-    with atomic_path(path, suffix=".wav") as tmp:
-        sf.write(tmp, audio, sample_rate, subtype="FLOAT", format="WAV")
+    return encode_audio(audio, sample_rate, "WAV", "FLOAT")
+
+
+def check_take_id(take_id: str) -> str:
+    """``take_id`` when it is a plain id (letters, digits, '-', '_'); a TakeError otherwise."""
+    if not isinstance(take_id, str) or not _TAKE_ID.match(take_id):
+        raise TakeError(f"{take_id!r} is not a take id")
+    return take_id
 
 
 def _as_mono_float32(audio: np.ndarray) -> np.ndarray:
@@ -68,22 +81,31 @@ def _as_mono_float32(audio: np.ndarray) -> np.ndarray:
     return array
 
 
+def _sidecar_bytes(take: Take) -> bytes:
+    return json.dumps(take.to_json(), indent=2, ensure_ascii=False).encode()
+
+
 class TakeStore:
     """Takes of one user, in one folder: ``<id>.wav``, ``<id>.json`` and optionally ``<id>.denoised.wav``."""
 
     def __init__(self, folder: str | os.PathLike[str]):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(folder).expanduser()
+
+    def check_writable(self) -> None:
+        """Create the folder if needed and prove a file can be written there; a `DiskError` says why not."""
+        ensure_folder(self.folder)
+        atomic_write_bytes(self.folder / ".write-check", b"")
+        (self.folder / ".write-check").unlink(missing_ok=True)
 
     # -- paths -------------------------------------------------------------------------------------
     def wav_path(self, take_id: str) -> Path:
-        return self.folder / f"{take_id}.wav"
+        return self.folder / f"{check_take_id(take_id)}.wav"
 
     def sidecar_path(self, take_id: str) -> Path:
-        return self.folder / f"{take_id}.json"
+        return self.folder / f"{check_take_id(take_id)}.json"
 
     def denoised_path(self, take_id: str) -> Path:
-        return self.folder / f"{take_id}.denoised.wav"
+        return self.folder / f"{check_take_id(take_id)}.denoised.wav"
 
     # -- writing -----------------------------------------------------------------------------------
     def add(
@@ -99,7 +121,11 @@ class TakeStore:
         stats: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> Take:
-        """Write a finished take (WAV first, then its sidecar) and return it."""
+        """Write a finished take (WAV and sidecar as one unit) and return it.
+
+        Raises TakeError for audio that cannot be a take, `studio.atomic_files.DiskError` (naming the
+        folder and the cause) when the disk refuses it; either way nothing is left half-written.
+        """
         samples = _as_mono_float32(audio)
         if sample_rate <= 0:
             raise TakeError(f"sample rate must be positive, got {sample_rate}")
@@ -119,18 +145,18 @@ class TakeStore:
             settings=dict(settings or {}),
             stats=dict(stats or {}),
         )
-        _atomic_write_wav(self.wav_path(take_id), samples, sample_rate)
-        self._write_sidecar(take)
+        wav = _wav_bytes(samples, sample_rate)
+        ensure_folder(self.folder)
+        write_new_files([(self.wav_path(take_id), wav), (self.sidecar_path(take_id), _sidecar_bytes(take))])
         return take
 
     def _write_sidecar(self, take: Take) -> None:
-        payload = json.dumps(take.to_json(), indent=2, ensure_ascii=False).encode()
-        atomic_write_bytes(self.sidecar_path(take.id), payload)
+        atomic_write_bytes(self.sidecar_path(take.id), _sidecar_bytes(take))
 
     def save_denoised(self, take_id: str, audio: np.ndarray) -> Take:
         """Keep a denoised copy beside the original and mark the take; the original stays untouched."""
         take = self.get(take_id)
-        _atomic_write_wav(self.denoised_path(take_id), _as_mono_float32(audio), take.sample_rate)
+        atomic_write_bytes(self.denoised_path(take_id), _wav_bytes(_as_mono_float32(audio), take.sample_rate))
         updated = replace(take, denoised=True)
         self._write_sidecar(updated)
         return updated
@@ -152,16 +178,19 @@ class TakeStore:
     def get(self, take_id: str) -> Take:
         path = self.sidecar_path(take_id)
         try:
-            return Take.from_json(json.loads(path.read_text()))
+            take = Take.from_json(json.loads(path.read_text()))
         except FileNotFoundError:
             raise TakeError(f"no take {take_id!r} in {self.folder}") from None
         except (ValueError, TypeError) as exc:
             raise TakeError(f"the sidecar {path} is damaged: {exc}") from exc
+        if take.id != take_id:  # a copied or crafted sidecar: its file name is the id that counts
+            raise TakeError(f"the sidecar {path} names another take ({take.id!r})")
+        return take
 
     def list(self) -> list[Take]:
         """All readable takes, oldest first; damaged sidecars and sidecars without audio are skipped."""
         takes = []
-        for sidecar in self.folder.glob("*.json"):
+        for sidecar in self.folder.glob("*.json"):  # a missing folder lists nothing
             try:
                 take = self.get(sidecar.stem)
             except TakeError:

@@ -17,9 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.atomic_files import disk_error, ensure_folder
+
 
 class VoiceError(Exception):
     """A voice cannot be saved, found or read; the message says which and why."""
+
+
+class VoiceExistsError(VoiceError):
+    """A voice of that name is already saved (save again with ``overwrite=True`` to replace it)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,11 @@ class Voice:
     duration_s: float
 
 
+def same_name(a: str, b: str) -> bool:
+    """Two voice names name one voice when they differ only in case and spacing."""
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
 def slugify(name: str) -> str:
     """A folder name from a voice name: letters, digits, '-' and '_' only (never empty, never a path)."""
     slug = re.sub(r"[^\w-]+", "-", name.strip(), flags=re.UNICODE).strip("-_.").lower()
@@ -44,8 +55,7 @@ class VoiceLibrary:
     """Saved voices in one folder (``data_dir()/voices`` in the studio)."""
 
     def __init__(self, folder: str | os.PathLike[str]):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(folder).expanduser()  # created by the first save
 
     def save(
         self,
@@ -57,8 +67,13 @@ class VoiceLibrary:
         original_rate: int | None = None,
         overwrite: bool = False,
     ) -> Voice:
-        """Store a voice (atomically: written to a temp folder, then renamed into place)."""
-        import soundfile as sf
+        """Store a voice (atomically: written to a temp folder, then renamed into place).
+
+        A voice of the same name (`same_name`) raises `VoiceExistsError` unless ``overwrite``, which
+        replaces that voice and no other; a new name whose folder name is taken by another voice gets a
+        folder of its own (``anna-studio-mic-2``). Disk failures raise `DiskError` naming the folder.
+        """
+        from studio.audio.export import encode_audio
 
         name = name.strip()
         if not name:
@@ -66,31 +81,42 @@ class VoiceLibrary:
         prompt = np.asarray(prompt, dtype=np.float32).reshape(-1)
         if prompt.size == 0:
             raise VoiceError("a voice needs prompt audio")
-        slug = slugify(name)
+        existing = next((v for v in self.list() if same_name(v.name, name)), None)
+        if existing is not None and not overwrite:
+            raise VoiceExistsError(f"a voice named {existing.name!r} already exists")
+        slug = existing.slug if existing is not None else self._free_slug(slugify(name))
         target = self.folder / slug
-        if target.exists() and not overwrite:
-            raise VoiceError(f"a voice named {name!r} already exists")
         voice = Voice(
             name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate
         )
-        staging = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=self.folder))
+        files = {"prompt.wav": encode_audio(prompt, sample_rate, "WAV", "FLOAT")}
+        if original is not None:
+            original = np.asarray(original, dtype=np.float32).reshape(-1)
+            files["original.wav"] = encode_audio(original, original_rate or sample_rate, "WAV", "FLOAT")
+        files["voice.json"] = json.dumps(asdict(voice), indent=2, ensure_ascii=False).encode()
+        staging = None
         try:
-            sf.write(staging / "prompt.wav", prompt, sample_rate, subtype="FLOAT")
-            if original is not None:
-                sf.write(
-                    staging / "original.wav",
-                    np.asarray(original, dtype=np.float32).reshape(-1),
-                    original_rate or sample_rate,
-                    subtype="FLOAT",
-                )
-            (staging / "voice.json").write_text(json.dumps(asdict(voice), indent=2, ensure_ascii=False))
+            ensure_folder(self.folder)
+            staging = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=self.folder))
+            for file_name, payload in files.items():
+                (staging / file_name).write_bytes(payload)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        except OSError as exc:
+            raise disk_error(exc, self.folder) from exc
+        finally:
+            if staging is not None and staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
         return voice
+
+    def _free_slug(self, slug: str) -> str:
+        """``slug``, or ``slug-2``, ``slug-3``, ... when another voice's folder has that name."""
+        candidate, number = slug, 1
+        while (self.folder / candidate).exists():
+            number += 1
+            candidate = f"{slug[:60]}-{number}"
+        return candidate
 
     def list(self) -> list[Voice]:
         """Saved voices by name; damaged folders are skipped."""

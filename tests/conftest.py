@@ -35,3 +35,32 @@ def tiny_model_dir() -> Path:
         except OSError:  # another run finished first
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A factory of real small disks: ``small_disk(kib, read_only=False)`` mounts a fresh tmpfs of that size
+    (full-disk and read-only failures as a user's machine sees them) and unmounts it after the test.
+    Skips, saying why, where mounting is not allowed (it needs root)."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def make(kib: int, read_only: bool = False) -> Path:
+        target = tmp_path / f"disk{len(mounted)}"
+        target.mkdir()
+        options = f"size={int(kib)}k,mode=0777" + (",ro" if read_only else "")
+        try:
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"cannot mount a small disk here ({exc})")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small disk here: {done.stderr.decode(errors='replace').strip()}")
+        mounted.append(target)
+        return target
+
+    yield make
+    for target in reversed(mounted):
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=30)

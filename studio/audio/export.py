@@ -9,7 +9,6 @@ asked. Integer formats scale by full scale minus one (int16: x * 32767) and coun
 from __future__ import annotations
 
 import enum
-import errno
 import os
 import re
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.atomic_files import disk_error
 from studio.audio.errors import ExportError, OutputExistsError, UnsafeFileNameError
 from studio.audio.io import validate_samples
 
@@ -103,18 +103,19 @@ def safe_filename(name: str, suffix: str) -> str:
 
 
 def _os_error(exc: OSError, target: Path) -> ExportError:
-    folder = target.parent
-    if exc.errno == errno.ENOSPC or exc.errno == getattr(errno, "EDQUOT", -1):
-        return ExportError(
-            f"The disk holding {folder} is full: {target.name} was not saved. Free some space."
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return ExportError(f"No permission to write in {folder}: {target.name} was not saved.")
-    if exc.errno == errno.EROFS:
-        return ExportError(f"{folder} is on a read-only disk: {target.name} was not saved.")
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return ExportError(f"The folder {folder} does not exist: {target.name} was not saved.")
-    return ExportError(f"Could not save {target.name} in {folder}: {exc.strerror or exc}.")
+    return ExportError(disk_error(exc, target.parent).explain(f"{target.name} was not saved"))
+
+
+def encode_audio(samples: np.ndarray, sample_rate: int, container: str, subtype: str) -> bytes:
+    """The bytes of an audio file, encoded in memory: disk errors then come from the plain write that
+    follows, with their errno (libsndfile writing to disk itself reports a full disk as "System error")."""
+    import io
+
+    import soundfile as sf
+
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, sample_rate, format=container, subtype=subtype)
+    return buffer.getvalue()
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -191,7 +192,7 @@ def write_audio(
         fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         temp = Path(temp_name)
         with os.fdopen(fd, "w+b") as handle:
-            sf.write(handle, data, sample_rate, format=fmt.container, subtype=fmt.subtype)
+            handle.write(encode_audio(data, sample_rate, fmt.container, fmt.subtype))
             handle.flush()
             os.fsync(handle.fileno())
         _place(temp, target, overwrite)

@@ -2,7 +2,8 @@
 
 Checks Python, torch and its CUDA build against the GPU's compute capability (an RTX 5090, sm_120,
 needs torch >= 2.7 built for CUDA >= 12.8), the driver and NVML, free VRAM, vLLM, onnxruntime's
-providers, the Qt multimedia module and the model folder. Never raises: a check that breaks is a fail.
+providers, the Qt multimedia module and the model folder (every file opened and checked against the yaml,
+without loading weights: `studio.tts.loader.validate_folder`). Never raises: a check that breaks is a fail.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from studio.model_layout import REQUIRED_FILES, missing_files
+from studio.model_layout import REQUIRED_FILES, YAML_FILE, missing_files
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: (compute capability major, minor) -> (minimum torch, minimum CUDA) for that architecture.
@@ -243,7 +244,29 @@ def check_model(folder: str | None) -> Check:
             "the download is incomplete: run cosyvoice-studio download --to DIR again (it resumes)",
         )
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**30
-    return Check("model", PASS, f"{path}: all {len(REQUIRED_FILES)} required files ({size:.2f} GiB)")
+    found = f"{path}: all {len(REQUIRED_FILES)} required files ({size:.2f} GiB)"
+    try:  # lazily: doctor must run (and report) where torch or the runtime is broken
+        from studio.tts.errors import ModelFolderError
+        from studio.tts.loader import validate_folder
+    except Exception as exc:  # noqa: BLE001 - reported
+        return Check(
+            "model",
+            WARN,
+            f"{found}, contents not checked: the runtime does not import ({type(exc).__name__}: {exc})",
+            "fix torch first (see the torch check), then run doctor again",
+        )
+    try:
+        validate_folder(path)
+    except ModelFolderError as exc:
+        broken = exc.path.relative_to(path) if exc.path.is_relative_to(path) else exc.path.name
+        return Check(
+            "model",
+            FAIL,
+            str(exc),
+            f"the file is truncated or does not belong to this model: delete {broken} and run "
+            f"cosyvoice-studio download --to {path} again (it resumes, fetching only what is missing)",
+        )
+    return Check("model", PASS, f"{found}, all readable and matching {YAML_FILE}")
 
 
 def run_checks(model: str | None) -> list[Check]:

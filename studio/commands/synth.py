@@ -63,14 +63,38 @@ def _read_prompt(path: str):
 
 def write_wav(path: Path, samples, sample_rate: int) -> list[str]:
     """Write a 16-bit PCM WAV atomically through the audio core's exporter; returns its warnings."""
+    from studio.atomic_files import ensure_folder
     from studio.audio.export import ExportFormat, write_audio
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     return write_audio(path, samples, sample_rate, ExportFormat.WAV_INT16, overwrite=True).warnings
 
 
+class OutputRefused(Exception):
+    """``--out`` could not be written; the take was kept in the recovery folder (or could not be)."""
+
+
+def write_or_keep(path: Path, samples, sample_rate: int, text: str) -> list[str]:
+    """`write_wav`, or, when the disk refuses it, keep the take in the recovery folder and say where."""
+    from studio.atomic_files import DiskError
+    from studio.audio.errors import ExportError
+    from studio.recovery import KeptTake, recovery_store, store_or_keep
+
+    try:
+        return write_wav(path, samples, sample_rate)
+    except (ExportError, DiskError) as exc:
+        problem = str(exc)
+        recovery = recovery_store()
+        kept = store_or_keep(recovery, samples, sample_rate, recovery, text=text, name=path.stem)
+        if isinstance(kept, KeptTake):
+            where = "it could not be kept either: " + kept.problem
+        else:
+            where = f"the take was kept as {recovery.wav_path(kept.id)}"
+        raise OutputRefused(f"{problem.rstrip('.')}; {where}") from exc
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ValueError, FileNotFoundError, OSError]
+    errors: list[type[BaseException]] = [ValueError, FileNotFoundError, OSError, OutputRefused]
     for module, name in (
         ("studio.audio.errors", "AudioError"),
         ("studio.tts.errors", "SynthesisError"),
@@ -146,7 +170,7 @@ def _synth(args: argparse.Namespace) -> int:
         raise ValueError("the model produced no audio")
     out = Path(args.out)
     rate = runner.output_rate(loaded.model)
-    for warning in write_wav(out, audio, rate):
+    for warning in write_or_keep(out, audio, rate, text):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out} ({stats.audio_seconds:.2f} s of audio at {rate} Hz)")
     print(f"first-chunk latency: {stats.first_chunk_latency * 1000:.0f} ms")

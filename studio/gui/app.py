@@ -71,12 +71,14 @@ def run_studio(argv: list[str] | None = None) -> int:
 
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setStyle("Fusion")
+    window = None
+    install_excepthook(lambda: window)  # before the window exists: a failure building it is shown too
     window = create_window()
-    install_excepthook(lambda: window)
     window.show()
 
     def on_shown() -> None:  # runs once the event loop has put the window on screen
         log.info("%s %.2f s", READY_MESSAGE, time.monotonic() - started)
+        window.report_folder_problems()
         window.start_engine()
 
     QTimer.singleShot(0, on_shown)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from studio.engine.protocol import EngineState, Error, Hello, LoadModel, State
 from studio.gui.bridge import EngineBridge
 from studio.gui.denoise import TakeDenoiser
+from studio.gui.disk_notices import KeptTakeNotice, folder_problems
 from studio.gui.engine_status import EngineStatus
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
@@ -65,19 +66,20 @@ class MainWindow(QMainWindow):
         self.bridge = bridge or EngineBridge(self)
         self.jobs = BackgroundJobs(self)
         self.store = TakeStore(settings.resolved_output_dir())
-        self.voices = VoiceLibrary(data_dir() / "voices")
+        self.voices = VoiceLibrary(data_dir(create=False) / "voices")
         self.player = StreamPlayer(self)
         self.denoiser = TakeDenoiser(self)
         self.takes = TakeController(self.bridge, self.store, self)
         self._last_take_id: str | None = None
         self._closing = False
+        self._notices: list[QMessageBox] = []  # open non-blocking notices (kept alive until closed)
 
         self.voice_panel = VoicePanel(self.voices, self.jobs)
         self.text_panel = TextPanel()
         self.preview = PreviewPanel()
         self.takes_panel = TakesPanel(self.store)
         self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
-        self.first_run = FirstRunPanel(data_dir() / "models")
+        self.first_run = FirstRunPanel(data_dir(create=False) / "models")
         self.engine_status = EngineStatus()
         self._build_layout()
         self._build_menus()
@@ -172,6 +174,7 @@ class MainWindow(QMainWindow):
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
         self.takes.sig_failed.connect(self.on_take_failed)
+        self.takes.sig_kept.connect(self.on_take_kept)
         self.voice_panel.sig_play.connect(self.play_audio)
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
@@ -257,7 +260,8 @@ class MainWindow(QMainWindow):
             return
         self._last_take_id = take.id
         self.takes_panel.refresh(select=take.id)
-        self.show_message(f"Saved {take.name} ({take.duration_s:.1f} s) to {self.store.folder}")
+        if stats is not None:  # a broken-off take's failure message says where it was kept
+            self.show_message(f"Saved {take.name} ({take.duration_s:.1f} s) to {self.store.folder}")
         if self.preview.denoise.isChecked():
             self.denoise_take(take.id)
 
@@ -266,6 +270,24 @@ class MainWindow(QMainWindow):
         self.player.stop()
         self.preview.fail_take(reason)
         self.show_message(f"Take failed: {reason}")
+
+    def on_take_kept(self, kept) -> None:
+        """The disk refused a take: say so in plain words and offer to save it elsewhere."""
+        self.show_message(kept.message())
+        notice = KeptTakeNotice(kept, self.takes.kept, self)
+        self._notices.append(notice)
+        notice.finished.connect(lambda _result, n=notice: self._notices.remove(n))
+        notice.open()
+
+    def report_folder_problems(self) -> None:
+        """Name each folder the studio cannot write to, with its cause; the studio carries on."""
+        for problem in folder_problems(self.store, self.voices.folder):
+            log.warning("%s", problem)
+            self.show_message(problem)
+            notice = QMessageBox(QMessageBox.Icon.Warning, "Folder problem", problem, parent=self)
+            self._notices.append(notice)
+            notice.finished.connect(lambda _result, n=notice: self._notices.remove(n))
+            notice.open()
 
     def play_take(self, take_id: str) -> None:
         try:
@@ -336,6 +358,7 @@ class MainWindow(QMainWindow):
             self.store = TakeStore(new.resolved_output_dir())
             self.takes.store = self.store
             self.takes_panel.set_store(self.store)
+            self.report_folder_problems()
         self.voice_panel.refresh_devices(new.audio_input_device)
         self._apply_output_device()
         self._update_title()

@@ -1,6 +1,8 @@
 """Runs takes: the one owner of the take in progress. Builds the engine request from the text panel and the
 voice, listens to the bridge itself, hands each chunk (with its sample rate) on, and writes the finished
-take to the store at once. The window only lays out and relays these signals to the player and preview."""
+take to the store at once. Audio that reached the GUI is never dropped: a take the disk refuses is kept
+(recovery folder, else memory) and announced; a take the engine breaks off (crash, error, restart) is
+saved as a partial take. The window only lays out and relays these signals to the player and preview."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from PySide6.QtCore import QObject, Signal
 from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
 from studio.gui.text_panel import TextRequest
 from studio.gui.voice_panel import Prompt
+from studio.recovery import KeptTake, store_or_keep
 from studio.request import Mode, RequestError
 from studio.takes import Take, TakeStore
 
@@ -66,13 +69,19 @@ class TakeController(QObject):
     sig_finished = Signal(object, object)
     """The take ended: (TakeStats or None, Take or None); always follows sig_started."""
     sig_failed = Signal(str)
-    """The take failed; the reason."""
+    """The take failed; the reason (and where its partial audio was kept, if any arrived)."""
+    sig_kept = Signal(object)
+    """A KeptTake: audio the take store refused (disk full, folder gone), kept for saving elsewhere."""
 
-    def __init__(self, bridge, store: TakeStore, parent: QObject | None = None):
+    def __init__(
+        self, bridge, store: TakeStore, parent: QObject | None = None, recovery: TakeStore | None = None
+    ):
         super().__init__(parent)
         self.bridge = bridge
         self.store = store
+        self.recovery = recovery  # None: the data folder's recovery store
         self.active: ActiveTake | None = None
+        self.kept: list[KeptTake] = []  # refused takes not yet saved elsewhere
         bridge.sig_chunk.connect(self.on_chunk)
         bridge.sig_take_finished.connect(self.on_take_finished)
         bridge.sig_error.connect(self.on_error)
@@ -106,9 +115,10 @@ class TakeController(QObject):
         if self.active is not None:
             self.bridge.cancel(self.active.request.request_id)
 
-    def abandon(self) -> None:
-        """Forget the running take without a signal (the engine is being restarted under it)."""
-        self.active = None
+    def abandon(self, reason: str = "the engine was restarted") -> None:
+        """End the running take because the engine goes away under it; what arrived is kept as partial."""
+        if self.active is not None:
+            self.on_error(Error(None, reason))
 
     def on_chunk(self, chunk: AudioChunk) -> None:
         active = self.active
@@ -128,28 +138,9 @@ class TakeController(QObject):
         if active is None or event.request_id != active.request.request_id:
             return
         self.active = None
-        audio = np.concatenate(active.chunks) if active.chunks else np.zeros(0, dtype=np.float32)
-        take = self._save(active, audio, event) if audio.size else None
+        prefix = "(stopped) " if event.stats.cancelled else ""
+        take = self._save(active, asdict(event.stats), prefix)
         self.sig_finished.emit(event.stats, take)
-
-    def _save(self, active: ActiveTake, audio: np.ndarray, event: TakeFinished) -> Take:
-        request = active.request
-        stats = asdict(event.stats)
-        stats["gui_first_chunk_latency"] = active.latency
-        name = None
-        if event.stats.cancelled:
-            name = "(stopped) " + " ".join(request.text.split()[:5])
-        return self.store.add(
-            audio,
-            active.sample_rate,
-            text=request.text,
-            voice=active.voice_name,
-            mode=request.mode.value,
-            seed=request.seed,
-            settings={"speed": request.speed, "stream": request.stream, "instruct": request.instruct},
-            stats=stats,
-            name=name,
-        )
 
     def on_error(self, error: Error) -> None:
         active = self.active
@@ -157,10 +148,42 @@ class TakeController(QObject):
             return
         if error.request_id is None or error.request_id == active.request.request_id:
             self.active = None
-            self.sig_failed.emit(error.message.splitlines()[0] if error.message else "the engine failed")
-            self.sig_finished.emit(None, None)
+            reason = error.message.splitlines()[0] if error.message else "the engine failed"
+            take = self._save(active, {"failed": reason}, "(partial) ", partial=True)
+            if take is not None:
+                reason += f"; the {take.duration_s:.1f} s received were kept as “{take.name}”"
+            self.sig_failed.emit(reason)
+            self.sig_finished.emit(None, take)
 
     def on_engine_state(self, state: State) -> None:
         """A crash, failed load or shutdown ends the running take as failed."""
         if state.state in _ENDING_STATES and self.active is not None:
             self.on_error(Error(None, f"engine {state.state.value}"))
+
+    def _save(self, active: ActiveTake, stats: dict, prefix: str, partial: bool = False) -> Take | None:
+        """Store what arrived (nothing for an empty take); a refused take is kept and announced instead."""
+        if not active.chunks:
+            return None
+        request = active.request
+        stats["gui_first_chunk_latency"] = active.latency
+        settings = {"speed": request.speed, "stream": request.stream, "instruct": request.instruct}
+        if partial:
+            settings["partial"] = True
+        outcome = store_or_keep(
+            self.store,
+            np.concatenate(active.chunks),
+            active.sample_rate,
+            self.recovery,
+            text=request.text,
+            voice=active.voice_name,
+            mode=request.mode.value,
+            seed=request.seed,
+            settings=settings,
+            stats=stats,
+            name=(prefix + " ".join(request.text.split()[:5])) if prefix else None,
+        )
+        if isinstance(outcome, KeptTake):
+            self.kept.append(outcome)
+            self.sig_kept.emit(outcome)
+            return None
+        return outcome

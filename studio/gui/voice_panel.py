@@ -27,10 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.atomic_files import DiskError
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.recorder import MAX_SECONDS, Recorder
 from studio.gui.waveform import WaveformView
-from studio.voices import VoiceError, VoiceLibrary
+from studio.voices import VoiceError, VoiceExistsError, VoiceLibrary
 
 AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3 *.aif *.aiff);;All files (*)"
 
@@ -359,12 +360,18 @@ class VoicePanel(QWidget):
             voice = self.library.save(
                 name, audio, rate, self.transcript.text(), original, original_rate, overwrite=overwrite
             )
+        except VoiceExistsError as exc:
+            reason = str(exc)
+            answer = QMessageBox.question(
+                self, "Save voice", f"{reason[:1].upper()}{reason[1:]}. Replace it?"
+            )
+            if answer == QMessageBox.StandardButton.Yes:
+                return self.save_voice(name, overwrite=True)
+            return False
+        except DiskError as exc:
+            QMessageBox.warning(self, "Save voice", exc.explain("the voice was not saved"))
+            return False
         except VoiceError as exc:
-            if not overwrite and "already exists" in str(exc):
-                answer = QMessageBox.question(self, "Save voice", f"{exc}. Replace it?")
-                if answer == QMessageBox.StandardButton.Yes:
-                    return self.save_voice(name, overwrite=True)
-                return False
             QMessageBox.warning(self, "Save voice", str(exc))
             return False
         self._voice_name = voice.name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -107,10 +108,39 @@ _ARITHMETIC = {
     ast.Pow: operator.pow,
     ast.Mod: operator.mod,
 }
+#: Bounds on a !ref's arithmetic. Real configs multiply a few small numbers (``<a> * <b>``); without bounds
+#: a hostile yaml's ``9 ** 9 ** 9 ** 9`` would keep the loader computing a billion-digit integer forever.
+MAX_EXPRESSION_CHARS = 200
+MAX_EXPONENT = 64
+MAX_MAGNITUDE = 10**18
+_ARITHMETIC_TEXT = re.compile(r"[\d\s.eE+\-*/%()]+")
+
+
+class ExpressionTooLarge(ArithmeticError):
+    """A !ref's arithmetic is too long or its result too large to evaluate safely."""
+
+
+def _checked_power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refused before it is computed when the result would be huge."""
+    if abs(exponent) > MAX_EXPONENT:
+        raise ExpressionTooLarge(f"exponent {exponent!r} is above {MAX_EXPONENT}")
+    size = abs(base)
+    if size not in (0, 1) and abs(exponent) * abs(math.log10(size)) > math.log10(MAX_MAGNITUDE):
+        raise ExpressionTooLarge(f"{base!r} ** {exponent!r} is above {MAX_MAGNITUDE:.0e}")
+    return operator.pow(base, exponent)
 
 
 def _evaluate_arithmetic(text: str) -> Any:
-    """Evaluate numbers joined by + - * / // ** % and parentheses; raise ValueError otherwise."""
+    """Evaluate numbers joined by + - * / // ** % and parentheses; raise ValueError otherwise.
+
+    Raises `ExpressionTooLarge` for arithmetic longer than `MAX_EXPRESSION_CHARS`, powers that would
+    exceed `MAX_MAGNITUDE` (checked before computing them) and integer results above it, so evaluating
+    a yaml always takes microseconds.
+    """
+    if len(text) > MAX_EXPRESSION_CHARS:
+        if _ARITHMETIC_TEXT.fullmatch(text):
+            raise ExpressionTooLarge(f"{len(text)} characters of arithmetic (at most {MAX_EXPRESSION_CHARS})")
+        raise ValueError(text)  # long text, not arithmetic: string interpolation
 
     def walk(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
@@ -118,7 +148,14 @@ def _evaluate_arithmetic(text: str) -> Any:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-            return _ARITHMETIC[type(node.op)](walk(node.left), walk(node.right))
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Pow):
+                value = _checked_power(left, right)
+            else:
+                value = _ARITHMETIC[type(node.op)](left, right)
+            if isinstance(value, int) and abs(value) > MAX_MAGNITUDE:
+                raise ExpressionTooLarge(f"{_shorten(text)} reaches a number above {MAX_MAGNITUDE:.0e}")
+            return value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             value = walk(node.operand)
             return -value if isinstance(node.op, ast.USub) else value
@@ -179,6 +216,12 @@ class ModelConfig:
         substituted = _REF_PATTERN.sub(lambda m: repr(self._lookup(m.group(1))), expression)
         try:
             return _evaluate_arithmetic(substituted)
+        except ExpressionTooLarge as exc:
+            raise ConfigError(
+                self.path, f"!ref {_shorten(expression)} is too large to evaluate: {exc}"
+            ) from exc
+        except ArithmeticError as exc:  # division by zero, float overflow
+            raise ConfigError(self.path, f"!ref {_shorten(expression)} cannot be evaluated: {exc}") from exc
         except (ValueError, SyntaxError):
             # String interpolation (e.g. "<dir>/file"): references become their text.
             return _REF_PATTERN.sub(lambda m: str(self._lookup(m.group(1))), expression)
@@ -236,6 +279,11 @@ class ModelConfig:
             raise ConfigError(
                 self.path, f"cannot build {value.target} from the yaml's arguments: {exc}"
             ) from exc
+
+
+def _shorten(expression: str, limit: int = 60) -> str:
+    """The expression quoted for a message, cut to ``limit`` characters (hostile ones run long)."""
+    return repr(expression if len(expression) <= limit else expression[:limit] + "...")
 
 
 def _import_target(target: str, path: Path) -> Any:

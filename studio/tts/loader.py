@@ -2,7 +2,8 @@
 
 Every problem with the folder (a missing, truncated or mismatched file) becomes a `ModelFolderError`
 that names the file and says what was expected, never a bare traceback. Nothing is written into the
-folder, so read-only folders work.
+folder, so read-only folders work. `validate_folder` runs the same checks without loading any weights
+(``cosyvoice-studio doctor`` uses it), so the loader and doctor accept and refuse the same folders.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from studio import envs
 from studio.model_layout import (
     BLANKEN_DIR,
+    BLANKEN_FILES,
     CAMPPLUS_FILE,
     FLOW_FILE,
     HIFT_FILE,
@@ -72,10 +74,20 @@ def check_folder(model_dir: str | Path) -> Path:
     return model_dir
 
 
+def read_folder_config(model_dir: Path) -> ModelConfig:
+    """The folder's ``cosyvoice2.yaml``, its Qwen2 references pointing into the folder's BlankEN copy."""
+    return read_config(model_dir / YAML_FILE, {"qwen_pretrain_path": str(model_dir / BLANKEN_DIR)})
+
+
 def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """``torch.load(weights_only=True)`` with errors that name the file."""
+    return _load_state_dict(path, map_location=device)
+
+
+def _load_state_dict(path: Path, **options: Any) -> dict[str, torch.Tensor]:
+    """`read_state_dict` with other ``torch.load`` options (``mmap``), for `validate_folder`."""
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, weights_only=True, **options)
     except FileNotFoundError as exc:
         raise MissingModelFileError(path, "missing from the model folder") from exc
     except Exception as exc:  # truncated zip, pickle errors, unsafe content: all "cannot be read"
@@ -227,6 +239,61 @@ def _check_json(path: Path) -> None:
         ) from exc
 
 
+def _check_onnx(path: Path, what: str) -> None:
+    """Raise `ModelFolderError` naming ``path`` unless it parses as an ONNX model with a graph.
+
+    Parsing the protobuf (without external data) catches truncated and corrupt files in well under a
+    second, without the cost of an onnxruntime session.
+    """
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and onnx's own errors
+        raise ModelFolderError(
+            path, f"cannot be read as {what} (truncated or corrupt?): {_first_line(exc)}"
+        ) from exc
+    if not model.graph.node:
+        raise ModelFolderError(path, f"is not {what}: the ONNX file holds no graph")
+
+
+def _read_state_dict_shapes(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict's names, shapes and dtypes as meta tensors, memory-mapped: no tensor data is read."""
+    with path.open("rb") as file:
+        zipped = file.read(4) == b"PK\x03\x04"  # mmap needs torch's zip format (old files are pickles)
+    return _load_state_dict(path, map_location="meta", mmap=zipped)
+
+
+def validate_folder(model_dir: str | Path) -> Path:
+    """Check a model folder as `load_model_folder` does, without loading weights; return it as a Path.
+
+    The yaml must parse and describe the three models; llm.pt, flow.pt and hift.pt must open as state
+    dicts whose keys and shapes match the modules the yaml describes (built on the meta device, the
+    checkpoints memory-mapped onto it, HiFT through its own weight-norm-tolerant loader); the ONNX files
+    and the tokenizer's JSON must parse. Takes seconds and no model memory even for the full model, so
+    ``doctor`` can run it. Raises the `ModelFolderError` loading would raise, naming the file.
+    """
+    from functools import partial
+
+    from studio.tts.hift.model import load_hift_state_dict
+
+    model_dir = check_folder(model_dir)
+    config = read_folder_config(model_dir)
+    loaders = {"llm": None, "flow": None, "hift": partial(load_hift_state_dict, fuse=False)}
+    for section, name in (("llm", LLM_FILE), ("flow", FLOW_FILE), ("hift", HIFT_FILE)):
+        path = model_dir / name
+        with torch.device("meta"):
+            module = _build(config, section, path)
+        load_strict(module, _read_state_dict_shapes(path), path, assign=True, loader=loaders[section])
+    for name in BLANKEN_FILES:
+        if name.endswith(".json"):
+            _check_json(model_dir / BLANKEN_DIR / name)
+    _check_onnx(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model")
+    _check_onnx(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer")
+    load_spk2info(model_dir / SPK2INFO_FILE)
+    return model_dir
+
+
 def load_spk2info(path: Path) -> dict:
     """Saved voices in upstream's format (a dict of dicts of tensors); {} when the file is absent."""
     if not path.is_file():
@@ -267,7 +334,7 @@ def load_model_folder(
     if fp16 and device.type != "cuda":
         log.warning("fp16 needs a CUDA device; running in float32 on %s", device)
         fp16 = False
-    config = read_config(model_dir / YAML_FILE, {"qwen_pretrain_path": str(model_dir / BLANKEN_DIR)})
+    config = read_folder_config(model_dir)
     llm = load_llm(model_dir, config, device)
     flow = load_flow(model_dir, config, device)
     hift = load_hift(model_dir, config, device)

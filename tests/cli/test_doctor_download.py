@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from studio.cli import main
 from studio.commands import doctor
-from studio.model_layout import REQUIRED_FILES
+from studio.model_layout import FLOW_FILE, LLM_FILE, REQUIRED_FILES, YAML_FILE
 
 
 def test_doctor_runs_and_says_what_it_found(tmp_path, capsys):
@@ -26,14 +28,64 @@ def test_doctor_runs_and_says_what_it_found(tmp_path, capsys):
         assert f"{check['name']}: {check['detail']}" in out
 
 
-def test_doctor_model_folder_completeness(tmp_path):
-    for name in REQUIRED_FILES:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
+def _linked_copy(source: Path, target: Path, *, copied: str | None = None) -> Path:
+    """``target`` with a symlink to every file of ``source`` but ``copied``, which is a real copy to damage."""
+    for file in source.rglob("*"):
+        if file.is_file():
+            relative = file.relative_to(source)
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            if str(relative) == copied:
+                shutil.copyfile(file, target / relative)
+            else:
+                (target / relative).symlink_to(file)
+    return target / copied if copied else target
+
+
+def test_doctor_model_folder_completeness(tmp_path, tiny_model_dir):
+    _linked_copy(tiny_model_dir, tmp_path)  # doctor reads the files: they must be real ones
+    assert all((tmp_path / name).is_file() for name in REQUIRED_FILES)
     assert doctor.check_model(str(tmp_path)).status == "pass"
     (tmp_path / "flow.pt").unlink()
     check = doctor.check_model(str(tmp_path))
     assert check.status == "fail" and "flow.pt" in check.detail and check.hint
+
+
+def test_doctor_passes_an_intact_model_folder(tmp_path, tiny_model_dir):
+    _linked_copy(tiny_model_dir, tmp_path)
+    check = doctor.check_model(str(tmp_path))
+    assert check.status == "pass" and "matching cosyvoice2.yaml" in check.detail and not check.hint
+
+
+def _assert_fails_naming(folder: Path, *names: str) -> None:
+    check = doctor.check_model(str(folder))
+    assert check.status == "fail", check
+    for name in names:
+        assert name in check.detail, check.detail
+    assert "cosyvoice-studio download --to" in check.hint
+
+
+def test_doctor_fails_a_truncated_llm_checkpoint(tmp_path, tiny_model_dir):
+    llm = _linked_copy(tiny_model_dir, tmp_path, copied=LLM_FILE)
+    with llm.open("r+b") as file:
+        file.truncate(llm.stat().st_size // 2)
+    _assert_fails_naming(tmp_path, LLM_FILE, "truncated or corrupt")
+
+
+def test_doctor_fails_a_yaml_with_a_syntax_error(tmp_path, tiny_model_dir):
+    yaml_file = _linked_copy(tiny_model_dir, tmp_path, copied=YAML_FILE)
+    yaml_file.write_text(yaml_file.read_text() + "broken: [unclosed\n")
+    _assert_fails_naming(tmp_path, YAML_FILE, "not valid yaml")
+
+
+def test_doctor_fails_a_flow_checkpoint_with_a_wrong_shape(tmp_path, tiny_model_dir):
+    import torch
+
+    flow = _linked_copy(tiny_model_dir, tmp_path, copied=FLOW_FILE)
+    state = torch.load(flow, map_location="cpu", weights_only=True)
+    key = next(k for k, v in state.items() if v.dim() == 2)
+    state[key] = torch.zeros(state[key].shape[0] + 1, state[key].shape[1])
+    torch.save(state, flow)
+    _assert_fails_naming(tmp_path, FLOW_FILE, key, "shape mismatch")
 
 
 def _rtx_5090():

@@ -79,3 +79,22 @@ def test_bench_reports_each_concurrency_with_fixed_token_counts(tmp_path, tiny_m
     printed = capsys.readouterr().out
     assert "pytorch  x1" in printed and "pytorch  x2" in printed
     assert "pytorch: peak VRAM n/a (no GPU)" in printed
+
+
+def test_synth_to_a_full_disk_keeps_the_take_in_the_recovery_folder(
+    tmp_path, tiny_model_dir, prompt_wav, capsys, small_disk
+):
+    from studio.recovery import recovery_store
+
+    out = small_disk(16) / "hello.wav"
+    rc = main([
+        "synth", "--model", str(tiny_model_dir), "--text", "Hello there, studio.",
+        "--prompt-wav", str(prompt_wav), "--prompt-text", WARMUP_PROMPT_TEXT,
+        "--seed", "4", "--tokens", "50", "--out", str(out),
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert "is full (ENOSPC)" in err and str(out.parent) in err and "kept as" in err
+    (kept,) = recovery_store().list()
+    assert kept.duration_s == pytest.approx(2.0, rel=0.05) and str(recovery_store().wav_path(kept.id)) in err
+    assert not out.exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from studio.engine.protocol import AudioChunk, EngineState, State, TakeFinished, TakeStats
+from studio.engine.protocol import AudioChunk, EngineState, Error, State, TakeFinished, TakeStats
 from studio.gui.bridge import EngineSignals
 from studio.gui.take_controller import TakeController
 from studio.gui.text_panel import TextRequest
@@ -88,3 +88,77 @@ def test_a_missing_transcript_is_explained_by_its_field(controller, qtbot):
     with qtbot.waitSignal(takes.sig_failed) as failed:
         assert not takes.start(_text(Mode.ZERO_SHOT), PROMPT)
     assert "transcript of the voice recording" in failed.args[0] and bridge.sent == []
+
+
+def _finish_a_take(takes, bridge, qtbot, seconds=0.5, rate=16000):
+    assert takes.start(_text(), PROMPT)
+    request_id = bridge.sent[-1].request_id
+    bridge.sig_chunk.emit(AudioChunk(request_id, 0, np.full(int(rate * seconds), 0.1, np.float32), rate))
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_take_finished.emit(TakeFinished(request_id, _stats(seconds)))
+    return finished.args
+
+
+def test_a_take_the_disk_refuses_is_kept_in_the_recovery_folder_and_announced(qtbot, small_disk, tmp_path):
+    bridge = RecordingBridge()
+    recovery = TakeStore(tmp_path / "recovery")
+    takes = TakeController(bridge, TakeStore(small_disk(16) / "takes"), recovery=recovery)
+    kept = []
+    takes.sig_kept.connect(kept.append)
+    stats, take = _finish_a_take(takes, bridge, qtbot, seconds=1.0)  # 64 KB on a 16 KB disk
+    assert stats is not None and take is None and not takes.busy  # the take ended; Generate comes back
+    (one,) = kept
+    assert one.recovered is not None and recovery.load_audio(one.recovered.id)[0].size == 16000
+    message = one.message()
+    assert (
+        "is full (ENOSPC)" in message and "1 s take is kept in" in message and str(recovery.folder) in message
+    )
+    assert takes.kept == [one]
+
+
+def test_when_the_recovery_disk_is_full_too_the_take_stays_in_memory_and_can_be_saved_elsewhere(
+    qtbot, small_disk, tmp_path
+):
+    from studio.gui.disk_notices import KeptTakeNotice
+
+    bridge = RecordingBridge()
+    takes = TakeController(bridge, TakeStore(small_disk(16)), recovery=TakeStore(small_disk(16)))
+    kept = []
+    takes.sig_kept.connect(kept.append)
+    _finish_a_take(takes, bridge, qtbot, seconds=1.0)
+    (one,) = kept
+    assert one.recovered is None and "kept in memory only" in one.message() and one.notes
+    notice = KeptTakeNotice(one, takes.kept)
+    qtbot.addWidget(notice)
+    saved = notice.save_to(tmp_path / "elsewhere" / "rescued")
+    assert saved == tmp_path / "elsewhere" / "rescued.wav" and saved.is_file()
+    import soundfile as sf
+
+    audio, rate = sf.read(saved, dtype="float32")
+    assert rate == 16000 and audio.size == 16000 and takes.kept == []
+
+
+def test_audio_streamed_before_an_engine_error_is_kept_as_a_partial_take(controller, qtbot):
+    takes, bridge = controller
+    assert takes.start(_text(), PROMPT)
+    request_id = bridge.sent[0].request_id
+    bridge.sig_chunk.emit(AudioChunk(request_id, 0, np.full(8000, 0.2, np.float32), 16000))
+    failed = []
+    takes.sig_failed.connect(failed.append)
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_error.emit(Error(request_id, "synthesis failed: boom"))
+    stats, take = finished.args
+    assert stats is None and take is not None and take.name.startswith("(partial)")
+    assert take.settings["partial"] is True and take.duration_s == pytest.approx(0.5)
+    assert takes.store.load_audio(take.id)[0].size == 8000
+    assert "boom" in failed[0] and "kept as" in failed[0]
+
+
+def test_a_crash_mid_take_keeps_what_arrived(controller, qtbot):
+    takes, bridge = controller
+    takes.start(_text(), PROMPT)
+    request_id = bridge.sent[0].request_id
+    bridge.sig_chunk.emit(AudioChunk(request_id, 0, np.full(4000, 0.2, np.float32), 16000))
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_state_changed.emit(State(EngineState.CRASHED, "killed"))
+    assert finished.args[1] is not None and [t.id for t in takes.store.list()] == [finished.args[1].id]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from studio.tts.config import AttrDict, Tagged, read_config
@@ -97,3 +99,28 @@ def test_missing_yaml_and_unknown_class(tmp_path):
     )
     with pytest.raises(ConfigError, match="unknown class 'cosyvoice.hifigan.generator.Other'"):
         read_config(path).build("hift")
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize("expression", ["<x> ** 9 ** 9 ** 9", "9 ** 9 ** 9 ** 9", "<x> * 99999999999 * <x>"])
+def test_huge_arithmetic_is_refused_instead_of_hanging(tmp_path, expression):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + f"x: 99999999\nbomb: !ref {expression}\n")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="too large") as info:
+        read_config(path)
+    assert time.monotonic() - start < 1
+    assert info.value.path == path and "cosyvoice2.yaml" in str(info.value)
+
+
+@pytest.mark.timeout(5)
+def test_long_arithmetic_and_division_by_zero_are_config_errors(tmp_path):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + "long: !ref " + " + ".join(["<sample_rate>"] * 60) + "\n")
+    with pytest.raises(ConfigError, match="too large"):
+        read_config(path)
+    path.write_text(render_yaml(TINY_DIMENSIONS) + "zero: !ref <sample_rate> // 0\n")
+    with pytest.raises(ConfigError, match="cannot be evaluated"):
+        read_config(path)
+    path.write_text(render_yaml(TINY_DIMENSIONS) + "ok: !ref 2 ** 10 * <sample_rate> - 3 ** 4\n")
+    assert read_config(path)["ok"] == 2**10 * 24000 - 81
