@@ -17,10 +17,12 @@ from studio import __version__
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "studio.commands.synth",
+    "studio.commands.transcribe",
     "studio.commands.bench",
     "studio.commands.doctor",
     "studio.commands.download",
     "studio.commands.make_model",
+    "studio.commands.make_asr_model",
     "studio.commands.clean",
 )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import envs
+from studio.asr import DEFAULT_ASR_MODEL
 from studio.atomic_files import atomic_write_bytes, ensure_folder
 from studio.user_dirs import user_dir
 from studio.vllm_options import VLLM_DEFAULTS, VLLM_OPTION_NAMES, VLLM_OPTIONS
@@ -74,6 +75,8 @@ class Settings:
     audio_output_device: str = ""
     stream: bool = True
     denoise: bool = False
+    # automatic transcripts: a Whisper folder or hub id (downloaded once); "" turns them off
+    asr_model: str = DEFAULT_ASR_MODEL
     # free-form per-panel state other parts may keep here (JSON-serialisable values only)
     extra: dict[str, Any] = field(default_factory=dict)
 

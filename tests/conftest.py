@@ -64,3 +64,24 @@ def small_disk(tmp_path):
     yield make
     for target in reversed(mounted):
         subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def tiny_asr_dir() -> Path:
+    """The tiny random-weight Whisper folder (``make-asr-model``), built once per version of its builder."""
+    import hashlib
+
+    import studio.asr.fabricate as fabricate
+
+    digest = hashlib.sha1(Path(fabricate.__file__).read_bytes()).hexdigest()[:10]
+    target = TEST_MODELS / f"asr-tiny-{digest}"
+    if not (target / "README.md").is_file():
+        TEST_MODELS.mkdir(parents=True, exist_ok=True)
+        staging = TEST_MODELS / f".{target.name}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        fabricate.write_asr_folder(staging, size="tiny", seed=0)
+        try:
+            staging.rename(target)
+        except OSError:  # another run finished first
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

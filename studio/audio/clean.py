@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +101,7 @@ class CleanReport:
     cut_offers: list[dict] = field(default_factory=list)
     input: dict | None = None
     output_path: str | None = None
+    quality: dict | None = None  # studio.audio.quality.QualityReport.to_dict() of the recording as made
 
     def add(self, name: str, summary: str, **figures) -> None:
         self.steps.append(CleanStep(name, summary, figures))
@@ -123,6 +125,9 @@ class CleanReport:
         if self.output_path:
             lines.append(f"Output: {self.output_path} (the original is untouched)")
         lines += [f"Warning: {w}" for w in self.warnings]
+        if self.quality is not None:
+            lines.append(f"Reference quality: {self.quality['verdict']}")
+            lines += [f"  - {p['figure']}: {p['advice']}" for p in self.quality["problems"]]
         return "\n".join(lines)
 
 
@@ -133,6 +138,7 @@ class CleanResult:
     samples: np.ndarray
     sample_rate: int
     report: CleanReport
+    quality: Any = None  # studio.audio.quality.QualityReport of the recording as made
 
 
 def _db(value: float) -> float | None:
@@ -217,6 +223,10 @@ def clean_prompt(
         )
     validate_samples(x, name=name)
     report = CleanReport(before=AudioStats.measure(x, sample_rate))
+    from studio.audio.quality import assess_reference  # it builds on this module's measures
+
+    quality = assess_reference(x, sample_rate)
+    report.quality = quality.to_dict()
 
     clipped, places = detect_clipping(x)
     if places:
@@ -263,7 +273,7 @@ def clean_prompt(
     report.add("normalise", f"peak {to_dbfs(top):.2f} -> {options.target_peak_dbfs:.2f} dBFS "
                f"({20 * math.log10(gain):+.2f} dB)", gain_db=round(20 * math.log10(gain), 3))  # fmt: skip
     report.after = AudioStats.measure(x, PROMPT_RATE)
-    return CleanResult(x, PROMPT_RATE, report)
+    return CleanResult(x, PROMPT_RATE, report, quality)
 
 
 def _output_format(path: Path):

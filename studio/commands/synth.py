@@ -42,8 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fp16", action="store_true", help="half precision flow and vocoder (GPU)")
     parser.add_argument("--warmup", action="store_true", help="warm up first, so latency excludes cold start")
     parser.add_argument("--out", required=True, metavar="OUT.wav", help="where to write the WAV")
+    from studio.commands.transcribe import add_asr_arguments
     from studio.commands.vllm_flags import add_vllm_arguments
 
+    add_asr_arguments(parser)  # zero-shot without --prompt-text transcribes the prompt
     add_vllm_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -93,6 +95,20 @@ def write_or_keep(path: Path, samples, sample_rate: int, text: str) -> list[str]
         raise OutputRefused(f"{problem.rstrip('.')}; {where}") from exc
 
 
+def _transcribe_prompt(args: argparse.Namespace, prompt, prompt_sr: int) -> str:
+    """Zero-shot without ``--prompt-text``: transcribe the prompt (``--asr-model`` or the setting) and say so."""
+    from studio.asr.transcriber import AsrError, Transcriber, resolve_model
+    from studio.commands.transcribe import asr_model_from
+
+    try:
+        folder = resolve_model(asr_model_from(args), progress=lambda message: print(message, file=sys.stderr))
+        heard = Transcriber(folder).transcribe(prompt, prompt_sr, args.language)
+    except AsrError as exc:
+        raise ValueError(f"zero-shot needs the prompt's transcript: give --prompt-text, or {exc}") from exc
+    print(f"heard in the prompt ({heard.language_name}, {heard.seconds:.1f} s): {heard.text}")
+    return heard.text
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ValueError, FileNotFoundError, OSError, OutputRefused]
     for module, name in (
@@ -137,13 +153,16 @@ def _synth(args: argparse.Namespace) -> int:
     if not args.prompt_wav and not args.voice:
         raise ValueError("give --prompt-wav F (a recording of the voice) or --voice ID (a saved voice)")
     prompt, prompt_sr = _read_prompt(args.prompt_wav) if args.prompt_wav else (None, 0)
+    prompt_text = args.prompt_text
+    if args.mode == "zero-shot" and prompt is not None and not prompt_text.strip():
+        prompt_text = _transcribe_prompt(args, prompt, prompt_sr)
     request = Synthesize(
         text,
         mode=args.mode,
         prompt_wav=prompt,
         prompt_sr=prompt_sr,
         voice_id=args.voice,
-        prompt_text=args.prompt_text,
+        prompt_text=prompt_text,
         instruct=args.instruct,
         speed=args.speed,
         seed=args.seed,

@@ -1,8 +1,8 @@
 """The engine protocol: frozen, picklable dataclasses sent between the studio and the engine process.
 
-Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``Cancel``, ``Shutdown``.
+Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``Transcribe``, ``Cancel``, ``Shutdown``.
 Events (engine -> studio): ``Hello`` (always first; carries ``PROTOCOL_VERSION``), ``State``,
-``Progress``, ``AudioChunk``, ``TakeFinished``, ``Error``.
+``Progress``, ``AudioChunk``, ``TakeFinished``, ``Transcript``, ``Error``.
 
 A session looks like::
 
@@ -10,6 +10,7 @@ A session looks like::
     -> LoadModel(model_dir, ...)  <- State(LOADING) ... State(WARMING) ... State(READY, load_s, warmup_s)
     -> Synthesize(request_id=..)  <- State(BUSY) AudioChunk* (Progress*) TakeFinished | Error   <- State(READY)
     -> Cancel(request_id)         <- TakeFinished(stats.cancelled=True) for that request
+    -> Transcribe(request_id=..)  <- Progress* (a first download) Transcript | Error   (no model needed)
     -> Shutdown()                 <- State(STOPPED), then the process exits
 
 A load that fails answers ``Error(None, ...)`` and ``State(ERROR)`` (the process stays up); loading what is
@@ -30,7 +31,7 @@ import numpy as np
 
 from studio.request import SAMPLE_RATE, Mode, RequestError, validate_take
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class EngineState(str, Enum):
@@ -108,6 +109,28 @@ class Synthesize:
             exact_speech_tokens=self.exact_speech_tokens,
         )
         object.__setattr__(self, "mode", mode)
+
+
+@dataclass(frozen=True)
+class Transcribe:
+    """Transcribe a reference recording (float32 mono at ``sample_rate``, at most 30 s) with ``asr_model``
+    (a Whisper folder or hub id, fetched once); ``language`` (a code) skips detection."""
+
+    audio: np.ndarray
+    sample_rate: int
+    asr_model: str
+    language: str = ""
+    request_id: str = field(default_factory=new_request_id)
+
+    def __post_init__(self) -> None:
+        audio = np.asarray(self.audio)
+        if audio.ndim != 1 or audio.size == 0:
+            raise RequestError("audio", "the recording to transcribe must be a non-empty 1-D (mono) array")
+        if self.sample_rate <= 0:
+            raise RequestError("sample_rate", "the recording's sample rate must be positive")
+        if not self.asr_model.strip():
+            raise RequestError("asr_model", "no ASR model is configured (Settings -> Transcripts)")
+        object.__setattr__(self, "audio", np.ascontiguousarray(audio, dtype=np.float32))
 
 
 @dataclass(frozen=True)
@@ -193,6 +216,18 @@ class TakeFinished:
 
 
 @dataclass(frozen=True)
+class Transcript:
+    """What the ASR heard in a ``Transcribe`` request's recording, and in which language."""
+
+    request_id: str
+    text: str
+    language: str  # a code, e.g. "en"
+    language_name: str  # e.g. "english"
+    seconds: float
+    model: str
+
+
+@dataclass(frozen=True)
 class Error:
     """A failure: of one take (``request_id``) or of the engine (None). ``traceback`` is text."""
 
@@ -201,5 +236,5 @@ class Error:
     traceback: str = ""
 
 
-Request = LoadModel | Synthesize | Cancel | Shutdown
-Event = Hello | State | Progress | AudioChunk | TakeFinished | Error
+Request = LoadModel | Synthesize | Transcribe | Cancel | Shutdown
+Event = Hello | State | Progress | AudioChunk | TakeFinished | Transcript | Error

@@ -34,6 +34,8 @@ from studio.engine.protocol import (
     State,
     Synthesize,
     TakeFinished,
+    Transcribe,
+    Transcript,
 )
 
 _POLL_SECONDS = 0.05
@@ -54,9 +56,14 @@ class EngineSignals(QObject):
     """An Error: of a take (request_id set) or of the engine (request_id None, log lines in traceback)."""
     sig_progress = Signal(object)
     """A Progress report."""
+    sig_transcript = Signal(object)
+    """A Transcript: what the ASR heard in a Transcribe request's recording."""
 
     #: every signal above, for relaying worker -> bridge
-    NAMES = ("sig_hello", "sig_state_changed", "sig_chunk", "sig_take_finished", "sig_error", "sig_progress")
+    NAMES = (
+        "sig_hello", "sig_state_changed", "sig_chunk", "sig_take_finished", "sig_error", "sig_progress",
+        "sig_transcript",
+    )  # fmt: skip
 
 
 class EngineWorker(EngineSignals):
@@ -127,6 +134,8 @@ class EngineWorker(EngineSignals):
             self.sig_progress.emit(event)
         elif isinstance(event, Hello):
             self.sig_hello.emit(event)
+        elif isinstance(event, Transcript):
+            self.sig_transcript.emit(event)
 
 
 class EngineBridge(EngineSignals):
@@ -175,6 +184,11 @@ class EngineBridge(EngineSignals):
     def synthesize(self, request: Synthesize) -> str:
         """Start a take; returns its request id (an Error is emitted if the engine is not running)."""
         self._guarded(self.client.synthesize, request)
+        return request.request_id
+
+    def transcribe(self, request: Transcribe) -> str:
+        """Ask for a recording's transcript; it comes as sig_transcript (or sig_error with its request id)."""
+        self._guarded(self.client.send, request)
         return request.request_id
 
     def cancel(self, request_id: str) -> None:

@@ -34,6 +34,7 @@ from studio.gui.settings_dialog import SettingsDialog, engine_changed
 from studio.gui.take_controller import TakeController
 from studio.gui.takes_panel import TakesPanel
 from studio.gui.text_panel import TextPanel
+from studio.gui.transcripts import TranscriptController
 from studio.gui.voice_panel import VoicePanel
 from studio.settings import Settings, data_dir, save_settings
 from studio.takes import TakeError, TakeStore
@@ -70,11 +71,13 @@ class MainWindow(QMainWindow):
         self.player = StreamPlayer(self)
         self.denoiser = TakeDenoiser(self)
         self.takes = TakeController(self.bridge, self.store, self)
+        self.transcripts = TranscriptController(self.bridge, lambda: self.settings.asr_model, self)
         self._last_take_id: str | None = None
         self._closing = False
         self._notices: list[QMessageBox] = []  # open non-blocking notices (kept alive until closed)
 
         self.voice_panel = VoicePanel(self.voices, self.jobs)
+        self.voice_panel.auto_transcribe = bool(settings.asr_model)
         self.text_panel = TextPanel()
         self.preview = PreviewPanel()
         self.takes_panel = TakesPanel(self.store)
@@ -175,6 +178,15 @@ class MainWindow(QMainWindow):
         self.takes.sig_finished.connect(self.on_take_finished)
         self.takes.sig_failed.connect(self.on_take_failed)
         self.takes.sig_kept.connect(self.on_take_kept)
+        self.voice_panel.sig_reference_ready.connect(self.transcripts.request)
+        self.transcripts.sig_heard.connect(
+            lambda heard: self.voice_panel.transcript_box.set_automatic(
+                heard.text, heard.language, heard.language_name
+            )
+        )
+        self.transcripts.sig_unavailable.connect(self.voice_panel.transcript_box.set_unavailable)
+        self.transcripts.sig_progress.connect(self.voice_panel.transcript_box.status.setText)
+        self.voice_panel.transcript_box.sig_use_cross_lingual.connect(self.text_panel.use_cross_lingual)
         self.voice_panel.sig_play.connect(self.play_audio)
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
@@ -354,6 +366,7 @@ class MainWindow(QMainWindow):
     def apply_settings(self, new: Settings) -> None:
         old = self.settings
         self.update_settings(new)
+        self.voice_panel.auto_transcribe = bool(new.asr_model)
         if new.resolved_output_dir() != old.resolved_output_dir():
             self.store = TakeStore(new.resolved_output_dir())
             self.takes.store = self.store

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.asr import DEFAULT_ASR_MODEL, SMALLER_ASR_MODELS
 from studio.settings import BACKENDS, Settings
 from studio.vllm_options import VLLM_OPTION_NAMES, VLLM_OPTIONS, VllmOption
 
@@ -117,6 +118,18 @@ class SettingsDialog(QDialog):
             setattr(self, option.name, widget)
             form.addRow("" if option.kind is bool else option.label, widget)
 
+        self.asr_model = QComboBox()
+        self.asr_model.setEditable(True)
+        self.asr_model.addItems([DEFAULT_ASR_MODEL, *SMALLER_ASR_MODELS])
+        self.asr_model.setCurrentText(settings.asr_model)
+        self.asr_model.setToolTip(
+            "Whisper model for automatic transcripts: a hub id (downloaded once, with resume) or a local "
+            "folder; empty turns automatic transcripts off"
+        )
+        transcripts = QGroupBox("Transcripts")
+        form = QFormLayout(transcripts)
+        form.addRow("Whisper model", self.asr_model)
+
         self.input_device = _device_combo(QMediaDevices.audioInputs(), settings.audio_input_device)
         self.output_device = _device_combo(QMediaDevices.audioOutputs(), settings.audio_output_device)
         audio = QGroupBox("Audio devices")
@@ -130,7 +143,7 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        for group in (folders, engine, audio):
+        for group in (folders, engine, transcripts, audio):
             layout.addWidget(group)
         layout.addWidget(buttons)
 
@@ -143,6 +156,7 @@ class SettingsDialog(QDialog):
             backend=self.backend.currentData(),
             fp16=self.fp16.isChecked(),
             **{option.name: _option_value(option, getattr(self, option.name)) for option in VLLM_OPTIONS},
+            asr_model=self.asr_model.currentText().strip(),
             audio_input_device=self.input_device.currentData(),
             audio_output_device=self.output_device.currentData(),
         )

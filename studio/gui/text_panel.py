@@ -195,6 +195,10 @@ class TextPanel(QWidget):
         else:
             self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
 
+    def use_cross_lingual(self) -> None:
+        """Switch to cross-lingual mode (offered when the voice's language is known)."""
+        self.mode.setCurrentIndex(self.mode.findData(Mode.CROSS_LINGUAL.value))
+
     def _update_mode(self) -> None:
         instruct = self.mode.currentData() == Mode.INSTRUCT.value
         self.instruct.setVisible(instruct)

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
-    QLineEdit,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from studio.atomic_files import DiskError
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.recorder import MAX_SECONDS, Recorder
+from studio.gui.transcript_box import TranscriptBox, quality_html
 from studio.gui.waveform import WaveformView
 from studio.voices import VoiceError, VoiceExistsError, VoiceLibrary
 
@@ -86,6 +86,8 @@ class VoicePanel(QWidget):
     """A short status message."""
     sig_prompt_changed = Signal()
     """The prompt (audio or transcript) changed."""
+    sig_reference_ready = Signal(object, int)
+    """A new recording was cleaned: (16 kHz float32 samples, rate) to transcribe."""
 
     def __init__(self, library: VoiceLibrary, jobs: BackgroundJobs, parent: QWidget | None = None):
         super().__init__(parent)
@@ -103,6 +105,7 @@ class VoicePanel(QWidget):
         self._voice_name = ""
         self._voice_id = ""
         self._clean_generation = 0
+        self._fresh_recording = False  # the next cleaning result is a new recording: transcribe it
 
         title = QLabel("Voice")
         title.setObjectName("PanelTitle")
@@ -142,9 +145,14 @@ class VoicePanel(QWidget):
         self.report = QLabel("Record or import 3–30 s of clear speech.")
         self.report.setObjectName("Hint")
         self.report.setWordWrap(True)
-        self.transcript = QLineEdit()
-        self.transcript.setPlaceholderText("What the recording says (needed for zero-shot cloning)")
+        self.quality = QLabel("")
+        self.quality.setObjectName("Quality")
+        self.quality.setWordWrap(True)
+        self.transcript_box = TranscriptBox()
+        self.transcript_box.sig_retranscribe.connect(self.retranscribe)
+        self.transcript = self.transcript_box.edit
         self.transcript.textChanged.connect(lambda _t: self.sig_prompt_changed.emit())
+        self.auto_transcribe = True  # the window turns it off when no ASR model is configured
         self.save_button = QPushButton("Save voice…")
         self.save_button.clicked.connect(self.save_voice_dialog)
 
@@ -179,8 +187,9 @@ class VoicePanel(QWidget):
         play_row.addWidget(self.denoise_prompt)
         layout.addLayout(play_row)
         layout.addWidget(self.report)
+        layout.addWidget(self.quality)
         layout.addWidget(QLabel("Transcript"))
-        layout.addWidget(self.transcript)
+        layout.addWidget(self.transcript_box)
         layout.addWidget(self.save_button)
         layout.addStretch(1)
 
@@ -227,7 +236,10 @@ class VoicePanel(QWidget):
         self._cleaned = (audio, rate)
         self.before.clear_audio()
         self.after.set_audio(audio, rate)
-        self.transcript.setText(transcript)
+        self.transcript_box.new_recording(transcribing=False)
+        self.transcript.setText(transcript)  # a saved voice keeps the transcript it was saved with
+        self.quality.setText("")
+        self._fresh_recording = False
         self.report.setText(f"Saved voice “{voice.name}”: {voice.duration_s:.1f} s.")
         self._update_buttons()
         self.sig_prompt_changed.emit()
@@ -310,6 +322,9 @@ class VoicePanel(QWidget):
         self._cleaned = None
         self.before.set_audio(audio, sample_rate)
         self.after.clear_audio()
+        self.quality.setText("")
+        self.transcript_box.new_recording(transcribing=self.auto_transcribe)
+        self._fresh_recording = True
         self.report.setText(f"Cleaning {origin or 'the recording'} ({len(audio) / sample_rate:.1f} s)…")
         self._update_buttons()
         self.reclean()
@@ -342,8 +357,17 @@ class VoicePanel(QWidget):
         self.after.set_audio(result.samples, result.sample_rate)
         self.report.setText(summarise_report(result.report))
         self.report.setToolTip(result.report.text())
+        self.quality.setText(quality_html(result.quality))
         self._update_buttons()
         self.sig_prompt_changed.emit()
+        if self._fresh_recording and self.auto_transcribe:
+            self._fresh_recording = False
+            self.sig_reference_ready.emit(result.samples, result.sample_rate)
+
+    def retranscribe(self) -> None:
+        if self._cleaned is not None:
+            self.transcript_box.status.setText("Transcribing…")
+            self.sig_reference_ready.emit(*self._cleaned)
 
     # -- saving --------------------------------------------------------------------------------------
     def save_voice_dialog(self) -> None:
@@ -396,6 +420,7 @@ class VoicePanel(QWidget):
         self.play_after.setEnabled(self._cleaned is not None)
         self.save_button.setEnabled(self._cleaned is not None)
         self.delete_voice_button.setEnabled(bool(self.saved.currentData()))
+        self.transcript_box.set_transcribable(self._cleaned is not None and self.auto_transcribe)
 
     def stop(self) -> None:
         """Stop recording (on close)."""
