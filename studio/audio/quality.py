@@ -119,14 +119,18 @@ def assess_reference(samples: np.ndarray, sample_rate: int) -> QualityReport:
     grade = _grade(speech_db, *SPEECH_RMS_DBFS, low_is_bad=True)
     if grade != GOOD:
         problems.append(
-            Problem("quiet", grade, f"voice at {speech_db:.0f} dBFS", "move closer to the mic or raise its gain")
+            Problem(
+                "quiet", grade, f"voice at {speech_db:.0f} dBFS", "move closer to the mic or raise its gain"
+            )
         )
     clipped, places = detect_clipping(x)
     measures.update(clipped_samples=clipped, clipped_places=places)
     grade = _grade(places, *CLIPPED_PLACES, low_is_bad=False) if places else GOOD
     if grade != GOOD:
         problems.append(
-            Problem("clipped", grade, f"{places} clipped place(s)", "lower the mic gain or move back a little")
+            Problem(
+                "clipped", grade, f"{places} clipped place(s)", "lower the mic gain or move back a little"
+            )
         )
     grade = _grade(snr, *SNR_DB, low_is_bad=True)
     if grade != GOOD:
@@ -150,8 +154,12 @@ def assess_reference(samples: np.ndarray, sample_rate: int) -> QualityReport:
         pause = after.start_s - before.end_s
         if pause >= LONG_PAUSE_S:
             problems.append(
-                Problem("pause", USABLE, f"{pause:.1f} s pause at {before.end_s:.1f} s",
-                        f"cut the {pause:.0f} s pause at {before.end_s:.1f} s")  # fmt: skip
+                Problem(
+                    "pause",
+                    USABLE,
+                    f"{pause:.1f} s pause at {before.end_s:.1f} s",
+                    f"cut the {pause:.0f} s pause at {before.end_s:.1f} s",
+                )  # fmt: skip
             )
     verdict = max((p.severity for p in problems), key=_RANK.__getitem__, default=GOOD)
     return QualityReport(verdict, problems, measures)

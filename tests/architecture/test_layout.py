@@ -56,7 +56,9 @@ def test_every_studio_variable_read_anywhere_is_declared_in_envs():
     sources = [*STUDIO.rglob("*.py"), *(ROOT / "scripts").rglob("*"), ROOT / ".ci" / "run"]
     for path in sources:
         if path.is_file():
-            used |= set(re.findall(r"\bSTUDIO_[A-Z0-9_]+\b", path.read_text(encoding="utf-8", errors="replace")))
+            used |= set(
+                re.findall(r"\bSTUDIO_[A-Z0-9_]+\b", path.read_text(encoding="utf-8", errors="replace"))
+            )
     assert used - declared == set(), "declare these in studio/envs.py"
     assert declared - used == set(), "studio/envs.py declares variables nothing reads"
 

@@ -51,7 +51,9 @@ def test_transcribe_bad_input_says_what_is_wrong(tmp_path, reference, tiny_asr_d
         assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
-def test_zero_shot_synth_without_a_transcript_transcribes_the_prompt(tmp_path, reference, tiny_model_dir, tiny_asr_dir, capsys):
+def test_zero_shot_synth_without_a_transcript_transcribes_the_prompt(
+    tmp_path, reference, tiny_model_dir, tiny_asr_dir, capsys
+):
     out = tmp_path / "take.wav"
     rc = main([
         "synth", "--model", str(tiny_model_dir), "--text", "Hello there.", "--prompt-wav", str(reference),
@@ -61,7 +63,9 @@ def test_zero_shot_synth_without_a_transcript_transcribes_the_prompt(tmp_path, r
     assert rc == 0 and "heard in the prompt" in printed and out.is_file()
 
 
-def test_zero_shot_synth_without_transcript_or_model_is_a_clear_error(tmp_path, reference, tiny_model_dir, capsys):
+def test_zero_shot_synth_without_transcript_or_model_is_a_clear_error(
+    tmp_path, reference, tiny_model_dir, capsys
+):
     rc = main([
         "synth", "--model", str(tiny_model_dir), "--text", "Hello there.", "--prompt-wav", str(reference),
         "--asr-model", str(tmp_path / "missing"), "--out", str(tmp_path / "take.wav"),

@@ -27,7 +27,12 @@ def test_modes_and_knobs_carry_over(mode, expected, extra):
                          speed=1.5, seed=9, stream=False, exact_speech_tokens=12, **extra)  # fmt: skip
     spec = build_spec(request, cancel)
     spec.validate()
-    assert spec.mode.upstream_name == expected and spec.prompt_sr == 22050 and spec.speed == 1.5 and spec.seed == 9
+    assert (
+        spec.mode.upstream_name == expected
+        and spec.prompt_sr == 22050
+        and spec.speed == 1.5
+        and spec.seed == 9
+    )
     assert spec.stream is False and spec.exact_speech_tokens == 12 and spec.cancel is cancel
     assert spec.instruct_text == extra.get("instruct", "")
 

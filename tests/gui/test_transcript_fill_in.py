@@ -59,9 +59,13 @@ def test_a_new_recording_is_transcribed_and_the_text_marked_automatic_until_edit
     request = _record(panel, qtbot, bridge)
     assert request.sample_rate == 16000 and request.audio.size == panel.current_prompt().audio.size
     assert "Transcribing" in panel.transcript_box.status.text()
-    bridge.sig_transcript.emit(Transcript(request.request_id, "a calm voice reads", "en", "english", 0.4, "w"))
+    bridge.sig_transcript.emit(
+        Transcript(request.request_id, "a calm voice reads", "en", "english", 0.4, "w")
+    )
     assert panel.transcript.text() == "a calm voice reads" and panel.transcript_box.automatic
-    assert "automatic" in panel.transcript_box.status.text() and "English" in panel.transcript_box.status.text()
+    assert (
+        "automatic" in panel.transcript_box.status.text() and "English" in panel.transcript_box.status.text()
+    )
     assert panel.transcript_box.cross_lingual_button.isVisibleTo(panel)
     qtbot.keyClicks(panel.transcript, " aloud")
     assert not panel.transcript_box.automatic and panel.transcript_box.status.text() == "edited"
