@@ -6,6 +6,9 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# No test reaches the model hub (none is reachable here or in CI): an ASR model that is not on disk
+# fails at once, as it does for an offline user, instead of after network timeouts.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402

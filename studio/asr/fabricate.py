@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SIZES = ("tiny",)
+#: model shapes: tiny for tests; full has whisper-large-v3-turbo's (809 M parameters) for GPU timings
+SIZES = {
+    "tiny": dict(d_model=64, encoder_layers=1, decoder_layers=1, heads=2, ffn=128, mels=80, vocab=None),
+    "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, heads=20, ffn=5120, mels=128, vocab=51866),
+}
 _SAMPLE = (
     "the quick brown fox jumps over the lazy dog. hello, this is a reference voice for the studio. "
     "numbers one two three, names like alice and bob, a calm voice reads a few plain words aloud. "
@@ -80,18 +84,19 @@ def write_asr_folder(folder: str | Path, size: str = "tiny", seed: int = 0) -> P
         raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    shape = SIZES[size]
     ids, vocab = _write_tokenizer(folder, vocab_size=400)
-    WhisperFeatureExtractor(feature_size=80).save_pretrained(str(folder))
+    WhisperFeatureExtractor(feature_size=shape["mels"]).save_pretrained(str(folder))
     config = WhisperConfig(
-        vocab_size=vocab,
-        num_mel_bins=80,
-        d_model=64,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
+        vocab_size=shape["vocab"] or vocab,  # the full shape keeps Whisper's embedding size (rows unused)
+        num_mel_bins=shape["mels"],
+        d_model=shape["d_model"],
+        encoder_layers=shape["encoder_layers"],
+        decoder_layers=shape["decoder_layers"],
+        encoder_attention_heads=shape["heads"],
+        decoder_attention_heads=shape["heads"],
+        encoder_ffn_dim=shape["ffn"],
+        decoder_ffn_dim=shape["ffn"],
         max_source_positions=1500,
         max_target_positions=448,
         pad_token_id=ids["<|endoftext|>"],
@@ -101,6 +106,8 @@ def write_asr_folder(folder: str | Path, size: str = "tiny", seed: int = 0) -> P
     )
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config).eval()
+    if size == "full":
+        model = model.half()  # as the hub ships it; 1.6 GB instead of 3.2
     model.save_pretrained(str(folder))
     generation = GenerationConfig(
         decoder_start_token_id=ids["<|startoftranscript|>"],
@@ -114,11 +121,12 @@ def write_asr_folder(folder: str | Path, size: str = "tiny", seed: int = 0) -> P
         no_timestamps_token_id=ids["<|notimestamps|>"],
         begin_suppress_tokens=[ids["<|endoftext|>"]],
         # like the real models, never *generate* control tokens: random weights then give words, not markup
-        suppress_tokens=[i for token, i in ids.items() if token != "<|endoftext|>"],
+        suppress_tokens=[i for token, i in ids.items() if token != "<|endoftext|>"]
+        + list(range(vocab, config.vocab_size)),  # rows past the small tokenizer (full size) decode to nothing
     )
     generation.save_pretrained(str(folder))
     (folder / "README.md").write_text(
-        "Random-weight Whisper folder (tiny) written by cosyvoice-studio make-asr-model: for tests, "
+        f"Random-weight Whisper folder ({size}) written by cosyvoice-studio make-asr-model: for tests, "
         "its transcripts are gibberish.\n"
     )
     return folder

@@ -15,7 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "random weights; it loads like a real one and transcribes gibberish.",
     )
     parser.add_argument("directory", metavar="DIR", help="folder to create")
-    parser.add_argument("--size", choices=("tiny",), default="tiny", help="tiny: the test model")
+    parser.add_argument(
+        "--size", choices=("tiny", "full"), default="tiny",
+        help="tiny: the test model; full: whisper-large-v3-turbo's shapes (GPU timings)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="weight seed (default: 0)")
     parser.set_defaults(func=run)
 

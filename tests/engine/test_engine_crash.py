@@ -1,14 +1,16 @@
-"""Failures of the real engine process: bad requests, a load error, SIGKILL mid-take, then a restart."""
+"""Failures of the real engine process: bad requests, a load error, SIGKILL or SIGSEGV mid-take, then a
+restart; the crash report (log lines, the fault handler's dump) and the kept output of the crashed run."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from engine_helpers import collect_takes, finished_of, states_until
 
-from studio.engine.client import EngineClient, EngineError
+from studio.engine.client import REPORT_WIDTH, EngineClient, EngineError, output_pid
 from studio.engine.protocol import AudioChunk, EngineState, Error, LoadModel, State, Synthesize, TakeFinished
 from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
@@ -92,3 +94,42 @@ def test_a_clean_shutdown_is_never_reported_as_a_crash(tmp_path):
             seen.append(event)
         assert not [e for e in seen if isinstance(e, Error)], seen
         assert [e.state for e in seen if isinstance(e, State)][-1] is EngineState.STOPPED
+
+
+def test_a_native_crash_report_shows_the_fault_dump_and_survives_a_restart(tmp_path, tiny_model_dir):
+    log_path = tmp_path / "engine.log"
+    client = EngineClient(log_path=log_path)
+    crashed_pid = client.start().pid
+    try:
+        client.load_model(LoadModel(str(tiny_model_dir), backend="pytorch", warmup=False))
+        states_until(client, EngineState.READY)
+        # Killed between takes: faulthandler reads other threads' frames unlocked, so a dump taken while
+        # a take's threads run Python code may itself crash halfway (a signal from outside lands in the
+        # idle main thread; a real fault in a take's thread, holding the GIL, does not race like that).
+        request = take(40)
+        per_take, _ = collect_takes(client, [client.synthesize(request)])
+        finished_of(per_take[request.request_id])
+        states_until(client, EngineState.READY)
+        time.sleep(0.3)  # the take's thread ends
+        os.kill(crashed_pid, signal.SIGSEGV)  # faulthandler dumps the threads' stacks to engine.out
+        engine_error = next_of(client, Error, timeout=30)
+        assert engine_error.request_id is None and "SIGSEGV" in engine_error.message
+        report = engine_error.traceback
+        assert "Fatal Python error: Segmentation fault" in report
+        assert "Current thread 0x" in report and "in engine_main" in report  # the crashing thread's stack
+        assert f"take {request.request_id} done" in report  # the engine's own last log lines
+        assert "Extension modules:" in report and "cut: the line has" in report
+        assert max(len(line) for line in report.splitlines()) <= REPORT_WIDTH
+        assert not [line for line in report.splitlines() if not line.strip()]
+        assert next_of(client, State, timeout=30).state is EngineState.CRASHED
+
+        hello = client.restart()
+        states_until(client, EngineState.READY)
+        kept = (tmp_path / "engine.out.1").read_text(errors="replace")
+        assert output_pid(kept.splitlines()[0]) == crashed_pid and "Fatal Python error" in kept
+        current = (tmp_path / "engine.out").read_text(errors="replace")
+        assert output_pid(current.splitlines()[0]) == hello.pid and "Fatal Python error" not in current
+        later = client.crash_report(crashed_pid)  # asked again after the restart: the crashed run's dump
+        assert "Fatal Python error: Segmentation fault" in later and "engine.out.1" in later
+    finally:
+        client.shutdown()
