@@ -48,12 +48,13 @@ class TranscriptBox(QWidget):
         self.language = ""  # the detected language code, once transcribed
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.status, 1)
+        row.addStretch(1)
         row.addWidget(self.cross_lingual_button)
         row.addWidget(self.retranscribe_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.edit)
+        layout.addWidget(self.status)
         layout.addLayout(row)
 
     def new_recording(self, transcribing: bool) -> None:
@@ -74,9 +75,8 @@ class TranscriptBox(QWidget):
             return
         self.edit.setText(text)
         self.automatic = True
-        self.status.setText(
-            f"automatic · {language_name.title()} — check it matches the recording word for word"
-        )
+        self.status.setText(f"automatic · {language_name.title()}")
+        self.status.setToolTip("Check that it matches the recording word for word: zero-shot cloning needs it")
         self.cross_lingual_button.show()
 
     def set_unavailable(self, reason: str) -> None:
