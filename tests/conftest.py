@@ -6,9 +6,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-# No test reaches the model hub (none is reachable here or in CI): an ASR model that is not on disk
-# fails at once, as it does for an offline user, instead of after network timeouts.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -16,6 +13,13 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 TEST_MODELS = Path(__file__).resolve().parents[1] / ".cache" / "test-models"
+
+
+@pytest.fixture
+def offline_hub(monkeypatch):
+    """No model hub (none is reachable here or in CI): an ASR model that is not on disk fails at once, as
+    for an offline user, instead of after network timeouts. Engine processes started meanwhile inherit it."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,9 @@ from pathlib import Path
 #: model shapes: tiny for tests; full has whisper-large-v3-turbo's (809 M parameters) for GPU timings
 SIZES = {
     "tiny": dict(d_model=64, encoder_layers=1, decoder_layers=1, heads=2, ffn=128, mels=80, vocab=None),
-    "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, heads=20, ffn=5120, mels=128, vocab=51866),
+    "full": dict(
+        d_model=1280, encoder_layers=32, decoder_layers=4, heads=20, ffn=5120, mels=128, vocab=51866
+    ),
 }
 _SAMPLE = (
     "the quick brown fox jumps over the lazy dog. hello, this is a reference voice for the studio. "
@@ -122,7 +124,9 @@ def write_asr_folder(folder: str | Path, size: str = "tiny", seed: int = 0) -> P
         begin_suppress_tokens=[ids["<|endoftext|>"]],
         # like the real models, never *generate* control tokens: random weights then give words, not markup
         suppress_tokens=[i for token, i in ids.items() if token != "<|endoftext|>"]
-        + list(range(vocab, config.vocab_size)),  # rows past the small tokenizer (full size) decode to nothing
+        + list(
+            range(vocab, config.vocab_size)
+        ),  # rows past the small tokenizer (full size) decode to nothing
     )
     generation.save_pretrained(str(folder))
     (folder / "README.md").write_text(

@@ -74,14 +74,34 @@ def resolve_model(spec: str, progress: Callable[[str], None] | None = None, down
         raise AsrUnavailable(f"the ASR model {spec} is not on this computer yet")
     if progress is not None:
         progress(f"downloading the ASR model {spec} (once; it resumes if cut)")
+    bars = progress_bars(spec, progress) if progress is not None else None
     try:
-        return Path(snapshot_download(spec, allow_patterns=_FILES))
+        return Path(snapshot_download(spec, allow_patterns=_FILES, tqdm_class=bars))
     except Exception as exc:  # noqa: BLE001 - network, permissions, unknown id: all "unavailable"
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise AsrUnavailable(
             f"the ASR model {spec} is not on this computer and could not be downloaded ({reason}); "
             "type the transcript, or choose a local Whisper folder in Settings"
         ) from exc
+
+
+def progress_bars(spec: str, progress: Callable[[str], None], step: float = 0.05):
+    """A tqdm class that also reports the download's progress as sentences, every ``step`` of the way."""
+    from tqdm.auto import tqdm
+
+    class Reporting(tqdm):
+        _reported = -1.0
+
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.total:
+                done = self.n / self.total
+                if done - self._reported >= step or done >= 1.0 > self._reported:
+                    self._reported = done
+                    progress(f"downloading the ASR model {spec}: {done:.0%} of {self.total} files")
+            return shown
+
+    return Reporting
 
 
 class Transcriber:

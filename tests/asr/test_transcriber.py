@@ -3,6 +3,8 @@ text and a language, and every way it cannot work is a clear sentence, never an 
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,16 @@ def test_no_model_here_means_type_the_transcript(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the hub is out of reach here
     with pytest.raises(AsrUnavailable, match="could not be downloaded.*type the transcript"):
         resolve_model("openai/whisper-tiny")
+
+
+def test_download_progress_is_reported_in_steps():
+    from studio.asr.transcriber import progress_bars
+
+    said = []
+    bars = progress_bars("openai/whisper-tiny", said.append, step=0.25)(total=8, file=io.StringIO())
+    for _ in range(8):
+        bars.update(1)
+    bars.close()
+    assert said == [
+        f"downloading the ASR model openai/whisper-tiny: {p}% of 8 files" for p in (12, 38, 62, 88, 100)
+    ]

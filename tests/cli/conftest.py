@@ -6,7 +6,7 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path, monkeypatch):
+def isolated_dirs(tmp_path, monkeypatch, offline_hub):
     monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("STUDIO_DATA_DIR", str(tmp_path / "data"))
     return tmp_path
