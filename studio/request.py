@@ -8,7 +8,7 @@ so callers choose what to tell the user without matching message text.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ SAMPLE_RATE = 24000
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     """How a take is voiced. The value is the studio's spelling (GUI, protocol, CLI, take sidecars)."""
 
     ZERO_SHOT = "zero-shot"
@@ -48,9 +48,6 @@ class Mode(str, Enum):
         raise RequestError(
             "mode", f"unknown mode {value!r}; expected one of {', '.join(m.value for m in cls)}"
         )
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _LABELS = {

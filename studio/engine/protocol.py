@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from studio.request import SAMPLE_RATE, Mode, RequestError, validate_take
 PROTOCOL_VERSION = 2
 
 
-class EngineState(str, Enum):
+class EngineState(StrEnum):
     """Connection and engine states, as the GUI shows them."""
 
     STARTING = "starting"

@@ -10,18 +10,24 @@ import logging
 import sys
 import time
 import traceback
-from pathlib import Path
 
 log = logging.getLogger("studio.gui")
 READY_MESSAGE = "studio ready: window shown in"
-RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+
+
+def resource(*parts: str):
+    """A file shipped inside the package (``studio/resources/...``), wherever and however it is installed."""
+    from importlib.resources import files
+
+    return files("studio").joinpath("resources", *parts)
 
 
 def load_style() -> str:
-    """The studio's Qt style sheet (empty when the resources folder is not installed)."""
+    """The studio's Qt style sheet; a missing one is logged (the package is incomplete), never fatal."""
     try:
-        return (RESOURCES / "studio.qss").read_text(encoding="utf-8")
-    except OSError:
+        return resource("studio.qss").read_text(encoding="utf-8")
+    except OSError as exc:
+        log.warning("the style sheet is missing from the package (%s): the studio looks unstyled", exc)
         return ""
 
 
@@ -41,9 +47,20 @@ def install_excepthook(parent_getter) -> None:
     sys.excepthook = hook
 
 
+def app_icon():
+    """The studio's icon from the package's SVG (an empty icon, logged, if the file is missing)."""
+    from PySide6.QtGui import QIcon, QPixmap
+
+    pixmap = QPixmap()
+    try:
+        pixmap.loadFromData(resource("icons", "cosyvoice-studio.svg").read_bytes(), "SVG")
+    except OSError as exc:
+        log.warning("the icon is missing from the package (%s)", exc)
+    return QIcon(pixmap)
+
+
 def create_window(settings=None, bridge=None):
     """Build the styled main window (no engine yet); the tests and run_studio share it."""
-    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
     from studio.gui.main_window import MainWindow
@@ -55,9 +72,7 @@ def create_window(settings=None, bridge=None):
     app.setApplicationName("CosyVoice Studio")
     app.setOrganizationName("cosyvoice-studio")
     app.setDesktopFileName("cosyvoice-studio")
-    icon = RESOURCES / "icons" / "cosyvoice-studio.svg"
-    if icon.exists():
-        app.setWindowIcon(QIcon(str(icon)))
+    app.setWindowIcon(app_icon())
     app.setStyleSheet(load_style())
     return MainWindow(settings if settings is not None else load_settings(), bridge=bridge)
 

@@ -203,26 +203,17 @@ def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
 
 
 def load_frontend(model_dir: Path, device: torch.device) -> Any:
-    """The tokenizer and the two ONNX models (onnxruntime's CUDA provider when the device is CUDA)."""
+    """The tokenizer and the two ONNX prompt models (on the CPU: they run once per new voice)."""
     from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
     from studio.tts.frontend.prompt import Frontend
     from studio.tts.frontend.text import TextFrontend
 
-    use_cuda = device.type == "cuda"
     for name in ("vocab.json", "tokenizer_config.json"):  # the tokenizer's own errors do not name the file
         _check_json(model_dir / BLANKEN_DIR / name)
     return Frontend(
         _open(model_dir / BLANKEN_DIR, "the Qwen2 tokenizer", TextFrontend),
-        _open(
-            model_dir / CAMPPLUS_FILE,
-            "the CAM++ speaker model",
-            lambda path: SpeakerEmbedder(path, use_cuda=use_cuda),
-        ),
-        _open(
-            model_dir / SPEECH_TOKENIZER_FILE,
-            "the speech tokenizer",
-            lambda path: SpeechTokenizer(path, use_cuda=use_cuda),
-        ),
+        _open(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model", SpeakerEmbedder),
+        _open(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer", SpeechTokenizer),
         device,
     )
 

@@ -139,3 +139,14 @@ def test_help_lists_the_commands(capsys):
     out = capsys.readouterr().out
     for name in ("synth", "bench", "doctor", "download"):
         assert name in out
+
+
+def test_doctor_json_prints_the_findings_and_version_answers(tmp_path, capsys):
+    from studio import __version__
+
+    rc = main(["doctor", "--model", str(tmp_path / "no-model"), "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert rc == 1 and checks["model"]["status"] == "fail" and checks["python"]["status"] == "pass"
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"cosyvoice-studio {__version__}"

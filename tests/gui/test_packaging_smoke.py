@@ -34,4 +34,4 @@ def test_the_launcher_shows_the_window_and_exits_cleanly():
 def test_desktop_entry_names_the_gui_launcher_and_icon():
     entry = (ROOT / "packaging" / "cosyvoice-studio.desktop").read_text()
     assert "Exec=cosyvoice-studio-gui" in entry and "Icon=cosyvoice-studio" in entry
-    assert (ROOT / "resources" / "icons" / "cosyvoice-studio.svg").exists()
+    assert (ROOT / "studio" / "resources" / "icons" / "cosyvoice-studio.svg").exists()

@@ -41,6 +41,16 @@ def test_whisper_filters_equal_whisper_assets(reference):
     assert relative_error(features.whisper_mel_filters(128), theirs) <= 1e-6
 
 
+@pytest.mark.parametrize(
+    ("sr", "n_fft", "n_mels", "fmin", "fmax"), [(16000, 400, 128, 0.0, None), (24000, 1920, 80, 0.0, 8000.0)]
+)
+def test_mel_filters_equal_librosas(sr, n_fft, n_mels, fmin, fmax):
+    """The runtime makes its filters without librosa (a test-only dependency): they must be librosa's."""
+    librosa = pytest.importorskip("librosa")
+    theirs = torch.from_numpy(librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax))
+    assert relative_error(features.mel_filters(sr, n_fft, n_mels, fmin, fmax), theirs) <= 1e-6
+
+
 def test_whisper_log_mel_matches_whisper(reference):
     import whisper
 

@@ -75,17 +75,27 @@ def kaldi_fbank(wav16k: torch.Tensor) -> torch.Tensor:
 
 
 @lru_cache(maxsize=8)
-def _librosa_mel(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | None) -> torch.Tensor:
-    import librosa
+def mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | None) -> torch.Tensor:
+    """Slaney-scale, slaney-normalised mel filters [n_mels, n_fft // 2 + 1], as ``librosa.filters.mel``
+    makes them by default (equal within 1e-8; checked in the parity tests), from transformers' audio utils
+    so the runtime needs no librosa (and its numba, llvmlite and scikit-learn)."""
+    from transformers.audio_utils import mel_filter_bank
 
-    return torch.from_numpy(
-        librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax)
-    ).float()
+    filters = mel_filter_bank(
+        num_frequency_bins=n_fft // 2 + 1,
+        num_mel_filters=n_mels,
+        min_frequency=fmin,
+        max_frequency=fmax if fmax is not None else sr / 2,
+        sampling_rate=sr,
+        norm="slaney",
+        mel_scale="slaney",
+    )
+    return torch.from_numpy(filters.T.copy()).float()
 
 
 def whisper_mel_filters(n_mels: int = 128) -> torch.Tensor:
-    """Whisper's mel filterbank [n_mels, 201]: librosa's slaney filters for 16 kHz, n_fft 400."""
-    return _librosa_mel(16000, WHISPER_N_FFT, n_mels, 0.0, None)
+    """Whisper's mel filterbank [n_mels, 201]: slaney filters for 16 kHz, n_fft 400."""
+    return mel_filters(16000, WHISPER_N_FFT, n_mels, 0.0, None)
 
 
 def whisper_log_mel(wav16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
@@ -122,5 +132,5 @@ def flow_mel(wav24k: torch.Tensor) -> torch.Tensor:
         return_complex=True,
     )
     magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
-    basis = _librosa_mel(p["sampling_rate"], p["n_fft"], p["num_mels"], float(p["fmin"]), float(p["fmax"]))
+    basis = mel_filters(p["sampling_rate"], p["n_fft"], p["num_mels"], float(p["fmin"]), float(p["fmax"]))
     return torch.log(torch.clamp(basis.to(wav.device) @ magnitude, min=1e-5))

@@ -23,7 +23,9 @@ class OnnxModelError(ValueError):
     """An ONNX file that is missing, unreadable, or does not have the official inputs and outputs."""
 
 
-def _session(path: Path, threads: int | None, use_cuda: bool):
+def _session(path: Path, threads: int | None):
+    """A CPU session. The studio installs onnxruntime's CPU wheel (its GPU wheel would replace it, not sit
+    beside it), and these models run once per new prompt voice (features are cached by content): tens of ms."""
     import onnxruntime
 
     if not path.is_file():
@@ -33,8 +35,6 @@ def _session(path: Path, threads: int | None, use_cuda: bool):
     options.inter_op_num_threads = 1
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     providers = ["CPUExecutionProvider"]
-    if use_cuda and "CUDAExecutionProvider" in onnxruntime.get_available_providers():
-        providers.insert(0, "CUDAExecutionProvider")
     try:
         return onnxruntime.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as error:  # onnxruntime raises its own exception types for bad protobufs and graphs
@@ -57,9 +57,9 @@ def _check_io(path: Path, session, inputs: dict[str, int], output: str, what: st
 class SpeakerEmbedder:
     """campplus speaker embedding of 16 kHz audio (upstream's `_extract_spk_embedding`)."""
 
-    def __init__(self, path: str | Path, threads: int | None = None, use_cuda: bool = True) -> None:
+    def __init__(self, path: str | Path, threads: int | None = None) -> None:
         self.path = Path(path)
-        self._session = _session(self.path, threads, use_cuda)
+        self._session = _session(self.path, threads)
         _check_io(
             self.path,
             self._session,
@@ -86,9 +86,9 @@ class SpeakerEmbedder:
 class SpeechTokenizer:
     """speech_tokenizer_v2: 25 Hz speech tokens of 16 kHz audio (upstream's `_extract_speech_token`)."""
 
-    def __init__(self, path: str | Path, threads: int | None = None, use_cuda: bool = True) -> None:
+    def __init__(self, path: str | Path, threads: int | None = None) -> None:
         self.path = Path(path)
-        self._session = _session(self.path, threads, use_cuda)
+        self._session = _session(self.path, threads)
         _check_io(self.path, self._session, {"feats": 3, "feats_length": 1}, "indices", "speech tokenizer")
 
     def run(self, log_mel: torch.Tensor) -> torch.Tensor:
