@@ -4,7 +4,6 @@ model, or build the tiny random demo model (which babbles, and says so). Long jo
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from PySide6.QtCore import QProcess, Qt, Signal
@@ -19,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.cli import studio_command
 from studio.model_layout import missing_files
 
 
@@ -132,7 +132,8 @@ class FirstRunPanel(QWidget):
         process.readyReadStandardOutput.connect(self._on_output)
         process.finished.connect(self._on_finished)
         self._process = process
-        process.start(sys.executable, ["-m", "studio", *arguments])
+        program, *rest = studio_command(*arguments)
+        process.start(program, rest)
 
     def _on_output(self) -> None:
         if self._process is not None:
