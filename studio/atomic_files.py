@@ -63,6 +63,13 @@ def disk_error(exc: OSError, folder: str | os.PathLike[str]) -> DiskError:
     return DiskError(exc.errno, folder, reason.format(folder=folder), advice or "choose another folder")
 
 
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode a plainly created file would get (mkstemp's is 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
+
+
 def ensure_folder(folder: str | os.PathLike[str]) -> Path:
     """Create ``folder`` (and its parents) if needed; a failure is a `DiskError` naming it."""
     folder = Path(folder)
@@ -89,6 +96,7 @@ def atomic_path(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, umask_mode())
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -123,6 +131,7 @@ def write_new_files(files: list[tuple[Path, bytes]]) -> None:
                 handle.write(payload)
                 handle.flush()
                 os.fsync(handle.fileno())
+            os.chmod(temps[-1], umask_mode())
         for (target, _payload), temp in zip(files, temps, strict=True):
             os.replace(temp, target)
             placed.append(target)

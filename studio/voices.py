@@ -149,6 +149,19 @@ class VoiceLibrary:
             raise VoiceError(f"cannot read the prompt of {voice.name!r}: {exc}") from exc
         return audio, int(rate), voice.transcript
 
+    def load_original(self, slug: str) -> tuple[np.ndarray, int] | None:
+        """The recording a saved voice was made from (float32, its rate), or None if it was not kept."""
+        import soundfile as sf
+
+        path = self.folder / self.get(slug).slug / "original.wav"
+        if not path.is_file():
+            return None
+        try:
+            audio, rate = sf.read(path, dtype="float32", always_2d=False)
+        except (OSError, RuntimeError) as exc:
+            raise VoiceError(f"cannot read the original recording of {slug!r}: {exc}") from exc
+        return audio, int(rate)
+
     def delete(self, slug: str) -> None:
         voice = self.get(slug)
         shutil.rmtree(self.folder / voice.slug)

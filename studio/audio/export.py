@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.atomic_files import disk_error
+from studio.atomic_files import disk_error, umask_mode
 from studio.audio.errors import ExportError, OutputExistsError, UnsafeFileNameError
 from studio.audio.io import validate_samples
 
@@ -195,6 +195,7 @@ def write_audio(
             handle.write(encode_audio(data, sample_rate, fmt.container, fmt.subtype))
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temp, umask_mode())  # an exported file is shared like any other, not private
         _place(temp, target, overwrite)
         temp = None
         _fsync_folder(target.parent)

@@ -51,7 +51,8 @@ def describe_state(state: State) -> str:
     if kind == EngineState.ERROR:
         return f"Engine error: {state.detail}"
     if kind == EngineState.CRASHED:
-        return f"Engine crashed: {state.detail}"
+        detail = state.detail[:1].upper() + state.detail[1:]
+        return f"Engine crashed: {detail}"
     return "Engine stopped"
 
 

@@ -32,6 +32,8 @@ class FirstRunPanel(QWidget):
 
     sig_model_ready = Signal(str)
     """A usable model folder (chosen, downloaded or built)."""
+    sig_back = Signal()
+    """Keep the model in use: back to the studio (only offered when there is one)."""
 
     def __init__(self, default_models_dir: Path, parent: QWidget | None = None):
         super().__init__(parent)
@@ -54,6 +56,10 @@ class FirstRunPanel(QWidget):
         self.download_button.clicked.connect(self.download)
         self.demo_button = QPushButton("Build a demo model")
         self.demo_button.clicked.connect(self.build_demo)
+        self.back_button = QPushButton("Back to the studio")
+        self.back_button.setToolTip("Keep the current model")
+        self.back_button.clicked.connect(self.sig_back.emit)
+        self.back_button.hide()  # shown when a model is already in use (Engine -> Choose model…)
         demo_note = QLabel(
             "The demo model has random weights: it runs the whole pipeline and streams audio, but it "
             "<b>babbles</b> — it does not speak words or clone voices."
@@ -71,7 +77,7 @@ class FirstRunPanel(QWidget):
         card.setObjectName("Card")
         card.setMaximumWidth(640)
         buttons = QHBoxLayout()
-        for button in (self.choose_button, self.download_button, self.demo_button):
+        for button in (self.choose_button, self.download_button, self.demo_button, self.back_button):
             buttons.addWidget(button)
         inner = QVBoxLayout(card)
         inner.setSpacing(12)

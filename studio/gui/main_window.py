@@ -157,7 +157,7 @@ class MainWindow(QMainWindow):
         self.restart_action = QAction("&Restart engine", self, shortcut=QKeySequence("Ctrl+R"))
         self.restart_action.triggered.connect(self.restart_engine)
         self.model_action = QAction("Choose &model…", self)
-        self.model_action.triggered.connect(lambda: self.pages.setCurrentWidget(self.first_run))
+        self.model_action.triggered.connect(self.choose_model)
         engine_menu.addAction(self.restart_action)
         engine_menu.addAction(self.model_action)
 
@@ -169,10 +169,13 @@ class MainWindow(QMainWindow):
         bridge.sig_error.connect(self.on_engine_error)
         self.engine_status.sig_restart.connect(self.restart_engine)
         self.first_run.sig_model_ready.connect(self.on_model_chosen)
+        self.first_run.sig_back.connect(lambda: self.pages.setCurrentWidget(self.studio_page))
         self.text_panel.sig_generate.connect(
             lambda request: self.takes.start(request, self.voice_panel.current_prompt())
         )
         self.text_panel.sig_stop.connect(self.stop_take)
+        self.text_panel.sig_escape.connect(self.player.stop)
+        self.preview.sig_stop_playback.connect(self.player.stop)
         self.takes.sig_started.connect(self.on_take_started)
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
@@ -213,6 +216,11 @@ class MainWindow(QMainWindow):
         self.takes.abandon()
         self.text_panel.set_busy(False)
         self.bridge.restart(load_request(self.settings) if self.has_model else None)
+
+    def choose_model(self) -> None:
+        """The model page, with a way back when a model is already in use."""
+        self.first_run.back_button.setVisible(self.has_model)
+        self.pages.setCurrentWidget(self.first_run)
 
     def on_model_chosen(self, folder: str) -> None:
         self.update_settings(dataclasses.replace(self.settings, model_dir=folder))
@@ -307,7 +315,10 @@ class MainWindow(QMainWindow):
         except TakeError as exc:
             self.show_message(str(exc))
             return
+        take = self.store.get(take_id)
+        self._last_take_id = take_id
         self.preview.waveform.set_audio(audio, rate)
+        self.preview.show_take(take.name, audio.size / rate, take.denoised)
         self.play_audio(audio, rate)
 
     def play_audio(self, audio: np.ndarray, rate: int) -> None:
@@ -315,6 +326,7 @@ class MainWindow(QMainWindow):
             self.show_message("No audio output device: cannot play.")
 
     def on_player_state(self, state: str) -> None:
+        self.preview.set_playing(state == "playing")
         if state == "idle":
             self.preview.waveform.set_cursor(None)
 

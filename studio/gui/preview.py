@@ -15,6 +15,8 @@ class PreviewPanel(QWidget):
 
     sig_replay = Signal()
     """Replay the last take."""
+    sig_stop_playback = Signal()
+    """Stop whatever is playing."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -27,6 +29,10 @@ class PreviewPanel(QWidget):
         self.replay_button = QPushButton("▶ Replay")
         self.replay_button.setEnabled(False)
         self.replay_button.clicked.connect(self.sig_replay.emit)
+        self.stop_playback_button = QPushButton("■ Stop")
+        self.stop_playback_button.setToolTip("Stop playback (Esc)")
+        self.stop_playback_button.setEnabled(False)
+        self.stop_playback_button.clicked.connect(self.sig_stop_playback.emit)
         self.denoise = QCheckBox("Denoise takes")
         self.denoise.setToolTip(
             "Denoise finished takes in the background; playback and export use the "
@@ -42,6 +48,7 @@ class PreviewPanel(QWidget):
         footer = QHBoxLayout()
         footer.addWidget(self.stats, 1)
         footer.addWidget(self.replay_button)
+        footer.addWidget(self.stop_playback_button)
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addWidget(self.waveform)
@@ -70,6 +77,14 @@ class PreviewPanel(QWidget):
         parts.append(f"{seconds:.1f} s of audio")
         self.stats.setText(("Stopped · " if cancelled else "") + " · ".join(parts))
         self.replay_button.setEnabled(seconds > 0)
+
+    def set_playing(self, playing: bool) -> None:
+        self.stop_playback_button.setEnabled(playing)
+
+    def show_take(self, name: str, seconds: float, denoised: bool) -> None:
+        """A stored take is shown (and played): its own caption, never the previous take's stats."""
+        self.stats.setText(f"▶ {name} · {seconds:.1f} s" + (" · denoised" if denoised else ""))
+        self.replay_button.setEnabled(True)
 
     def fail_take(self, message: str) -> None:
         self.stats.setText(f"<span style='color:#e57373'>Take failed: {message}</span>")

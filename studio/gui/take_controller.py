@@ -166,7 +166,8 @@ class TakeController(QObject):
             return None
         request = active.request
         stats["gui_first_chunk_latency"] = active.latency
-        settings = {"speed": request.speed, "stream": request.stream, "instruct": request.instruct}
+        instruct = request.instruct if request.mode is Mode.INSTRUCT else ""  # other modes ignore it
+        settings = {"speed": request.speed, "stream": request.stream, "instruct": instruct}
         if partial:
             settings["partial"] = True
         outcome = store_or_keep(

@@ -61,11 +61,11 @@ class TakesPanel(QWidget):
         self.folder_label.setObjectName("Hint")
         self.tree = QTreeWidget()
         self.tree.setObjectName("TakesList")
-        self.tree.setHeaderLabels(["Take", "Length", "Latency", "RTF", ""])
+        self.tree.setHeaderLabels(["Take", "Length", "Latency", "RTF", "DN"])
         header_item = self.tree.headerItem()
         header_item.setToolTip(2, "Time to the first audio chunk")
         header_item.setToolTip(3, "Real-time factor: synthesis time / audio length (lower is faster)")
-        header_item.setToolTip(4, "✓ denoised, … denoising")
+        header_item.setToolTip(4, "Denoised: ✓ done, … denoising")
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.sig_play.emit(item.data(0, _ID_ROLE)))
@@ -82,7 +82,7 @@ class TakesPanel(QWidget):
         self.rename_button = QPushButton("Rename")
         self.rename_button.clicked.connect(self.rename_selected)
         self.delete_button = QPushButton("Delete")
-        self.delete_button.clicked.connect(self.delete_selected)
+        self.delete_button.clicked.connect(lambda: self.delete_selected())  # clicked(bool) is no "confirm"
         self.export_format = QComboBox()
         for key, label in EXPORT_FORMATS:
             self.export_format.addItem(label, key)

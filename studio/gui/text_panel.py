@@ -64,12 +64,15 @@ class TextPanel(QWidget):
     """The user asked for a take (a TextRequest)."""
     sig_stop = Signal()
     """The user asked to stop the running take."""
+    sig_escape = Signal()
+    """Esc with no take running (the window stops playback)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("TextPanel")
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("TextEditor")
+        self.editor.setTabChangesFocus(True)  # Tab moves on (tags are buttons; a tab character is never wanted)
         self.editor.setPlaceholderText(
             "Type what the voice should say. Tags like [laughter] or <strong>word</strong> shape the delivery."
         )
@@ -153,7 +156,7 @@ class TextPanel(QWidget):
             shortcut = QShortcut(QKeySequence(keys), self, context=Qt.ShortcutContext.WindowShortcut)
             shortcut.activated.connect(self.request_generate)
         stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self, context=Qt.ShortcutContext.WindowShortcut)
-        stop.activated.connect(lambda: self.stop_button.isEnabled() and self.sig_stop.emit())
+        stop.activated.connect(self._on_escape)
 
         self._engine_ready = False
         self._busy = False
@@ -184,6 +187,7 @@ class TextPanel(QWidget):
         self._busy = busy
         self._update_buttons()
 
+
     def _update_buttons(self) -> None:
         has_text = bool(self.editor.toPlainText().strip())
         self.generate_button.setEnabled(self._engine_ready and has_text and not self._busy)
@@ -194,6 +198,13 @@ class TextPanel(QWidget):
             self.generate_button.setToolTip("Type some text first")
         else:
             self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
+
+    def _on_escape(self) -> None:
+        """Esc stops the take when one runs, else whatever is playing."""
+        if self.stop_button.isEnabled():
+            self.sig_stop.emit()
+        else:
+            self.sig_escape.emit()
 
     def use_cross_lingual(self) -> None:
         """Switch to cross-lingual mode (offered when the voice's language is known)."""

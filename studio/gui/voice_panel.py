@@ -106,6 +106,7 @@ class VoicePanel(QWidget):
         self._voice_id = ""
         self._clean_generation = 0
         self._fresh_recording = False  # the next cleaning result is a new recording: transcribe it
+        self._saved_original: tuple[np.ndarray, int] | None = None  # a picked saved voice's recording
 
         title = QLabel("Voice")
         title.setObjectName("PanelTitle")
@@ -136,7 +137,7 @@ class VoicePanel(QWidget):
         self.before = WaveformView(color="#90a4ae", height=70)
         self.after = WaveformView(color="#4fc3f7", height=70)
         self.play_before = QPushButton("▶ Original")
-        self.play_before.clicked.connect(lambda: self._play(self._original))
+        self.play_before.clicked.connect(lambda: self._play(self._original or self._saved_original))
         self.play_after = QPushButton("▶ Cleaned")
         self.play_after.clicked.connect(lambda: self._play(self._cleaned))
         self.denoise_prompt = QCheckBox("Reduce noise")
@@ -227,14 +228,19 @@ class VoicePanel(QWidget):
         try:
             audio, rate, transcript = self.library.load_prompt(slug)
             voice = self.library.get(slug)
+            original = self.library.load_original(slug)
         except VoiceError as exc:
             QMessageBox.warning(self, "Saved voice", str(exc))
             return
         self._voice_name = voice.name
         self._voice_id = voice.slug
-        self._original = None
+        self._original = None  # nothing to clean again: the saved prompt is used as it is
+        self._saved_original = original  # shown and playable: the recording it was made from, if kept
         self._cleaned = (audio, rate)
-        self.before.clear_audio()
+        if original is not None:
+            self.before.set_audio(*original)
+        else:
+            self.before.clear_audio()
         self.after.set_audio(audio, rate)
         self.transcript_box.new_recording(transcribing=False)
         self.transcript.setText(transcript)  # a saved voice keeps the transcript it was saved with
@@ -319,6 +325,7 @@ class VoicePanel(QWidget):
         self._voice_name = ""
         self._voice_id = ""
         self._original = (np.asarray(audio, dtype=np.float32), int(sample_rate))
+        self._saved_original = None
         self._cleaned = None
         self.before.set_audio(audio, sample_rate)
         self.after.clear_audio()
@@ -416,7 +423,7 @@ class VoicePanel(QWidget):
             self.sig_play.emit(audio[0], audio[1])
 
     def _update_buttons(self) -> None:
-        self.play_before.setEnabled(self._original is not None)
+        self.play_before.setEnabled(self._original is not None or self._saved_original is not None)
         self.play_after.setEnabled(self._cleaned is not None)
         self.save_button.setEnabled(self._cleaned is not None)
         self.delete_voice_button.setEnabled(bool(self.saved.currentData()))

@@ -36,6 +36,7 @@ class WaveformView(pg.PlotWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # no invisible stop in the Tab order
         self.hideButtons()
         self.setYRange(-1.0, 1.0, padding=0.02)
         self.getPlotItem().hideAxis("left")

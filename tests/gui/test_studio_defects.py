@@ -1,0 +1,139 @@
+"""Defects a new user tripped over (issue 13), each reproduced as it was found: Delete that did not ask,
+private exported files, a stale preview caption, no way back from Choose model, a saved voice without its
+original, Tab trapped in the text box, no way to stop playback, instructions stored for other modes."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+from studio.engine.protocol import EngineState, State
+from studio.engine.warmup import synthetic_voice
+from studio.gui.engine_status import describe_state
+from studio.settings import Settings
+from studio.takes import TakeStore
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def window(qtbot, monkeypatch, tmp_path, tiny_model_dir):
+    from studio.gui.app import create_window
+
+    studio = create_window(
+        Settings(model_dir=str(tiny_model_dir), output_dir=str(tmp_path / "takes"), asr_model="")
+    )
+    qtbot.addWidget(studio)
+    monkeypatch.setattr(studio, "start_engine", lambda: None)  # the engine is tested elsewhere
+    yield studio
+    studio.shutdown()
+
+
+def _add_take(store: TakeStore, name="first take", seconds=0.5):
+    return store.add(0.1 * np.sin(np.arange(int(24000 * seconds)) * 0.05).astype(np.float32), 24000,
+                     text=name, name=name)  # fmt: skip
+
+
+def test_the_delete_button_asks_before_deleting(window, monkeypatch):
+    take = _add_take(window.store)
+    window.takes_panel.refresh(select=take.id)
+    asked = []
+    monkeypatch.setattr(
+        QMessageBox, "question", lambda *a, **k: asked.append(a) or QMessageBox.StandardButton.No
+    )
+    window.takes_panel.delete_button.click()
+    assert asked and [t.id for t in window.store.list()] == [take.id]  # asked, and No kept it
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_exported_files_follow_the_umask(window, tmp_path, umask, mode):
+    take = _add_take(window.store)
+    window.takes_panel.refresh(select=take.id)
+    out = tmp_path / "out"
+    out.mkdir()
+    old = os.umask(umask)
+    try:
+        (written,) = window.takes_panel.export_selected(out)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(written.stat().st_mode) == mode
+
+
+def test_playing_a_take_shows_its_own_caption(window):
+    first, second = _add_take(window.store, "first take"), _add_take(window.store, "second take", 1.0)
+    window.preview.finish_take(0.2, 0.1, 0.5, False)  # the caption of a take just made
+    window.play_take(second.id)
+    assert "second take" in window.preview.stats.text() and "RTF" not in window.preview.stats.text()
+    window.play_take(first.id)
+    assert "first take" in window.preview.stats.text()
+
+
+def test_choose_model_can_go_back_to_the_studio(window):
+    window.model_action.trigger()
+    assert window.pages.currentWidget() is window.first_run and window.first_run.back_button.isVisibleTo(
+        window
+    )
+    window.first_run.back_button.click()
+    assert window.pages.currentWidget() is window.studio_page
+
+
+def test_a_picked_saved_voice_shows_and_plays_its_original(window, qtbot):
+    panel = window.voice_panel
+    original = 0.4 * synthetic_voice(22050, 4.0)
+    panel.set_recording(original, 22050, "the test voice")
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
+    panel.transcript.setText("a calm voice")
+    assert panel.save_voice("Kept")
+    panel.set_recording(0.4 * synthetic_voice(22050, 6.0), 22050, "another voice")
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
+    panel.on_pick_saved(panel.saved.findData(panel.library.list()[0].slug))
+    assert panel.before.duration == pytest.approx(4.0, abs=0.01) and panel.play_before.isEnabled()
+
+
+def test_tab_leaves_the_text_box_and_the_plots_take_no_focus(window, qtbot):
+    window.show()
+    editor = window.text_panel.editor
+    editor.setFocus()
+    qtbot.waitUntil(editor.hasFocus)
+    qtbot.keyClick(editor, Qt.Key.Key_Tab)
+    assert "\t" not in editor.toPlainText() and not editor.hasFocus()
+    assert window.preview.waveform.focusPolicy() == Qt.FocusPolicy.NoFocus
+    assert window.voice_panel.before.focusPolicy() == Qt.FocusPolicy.NoFocus
+
+
+def test_playback_of_a_finished_take_can_be_stopped(window, qtbot):
+    if not window.player.play(np.zeros(24000 * 5, np.float32), 24000):
+        pytest.skip("no audio output device here")
+    qtbot.waitUntil(window.preview.stop_playback_button.isEnabled, timeout=5000)
+    window.preview.stop_playback_button.click()
+    assert not window.player.is_playing and not window.preview.stop_playback_button.isEnabled()
+    window.player.play(np.zeros(24000 * 5, np.float32), 24000)
+    window.text_panel._on_escape()  # Esc with no take running stops playback
+    assert not window.player.is_playing
+
+
+def test_other_modes_do_not_store_an_instruction_and_crash_text_starts_with_a_capital(qtbot, tmp_path):
+    from studio.engine.protocol import AudioChunk, TakeFinished, TakeStats
+    from studio.gui.take_controller import TakeController
+    from studio.gui.text_panel import TextRequest
+    from studio.gui.voice_panel import Prompt
+    from studio.request import Mode
+    from tests.gui.test_take_controller import RecordingBridge
+
+    bridge = RecordingBridge()
+    takes = TakeController(bridge, TakeStore(tmp_path / "takes"))
+    text = TextRequest("Hello.", Mode.CROSS_LINGUAL, instruct="speak slowly", speed=1.0, seed=1, stream=True)
+    takes.start(text, Prompt(np.zeros(16000, np.float32), 16000, ""))
+    request_id = bridge.sent[0].request_id
+    bridge.sig_chunk.emit(AudioChunk(request_id, 0, np.ones(100, np.float32) * 0.1, 24000))
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_take_finished.emit(TakeFinished(request_id, TakeStats(0.1, 0.1, 0.1, 1.0, 5, 1)))
+    assert finished.args[1].settings["instruct"] == ""
+    assert describe_state(State(EngineState.CRASHED, "the engine process was killed")).startswith(
+        "Engine crashed: The engine"
+    )
