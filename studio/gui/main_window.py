@@ -30,6 +30,7 @@ from studio.gui.gpu_panel import GpuPanel
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.player import StreamPlayer
 from studio.gui.preview import PreviewPanel
+from studio.gui.session import SessionKeeper
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
 from studio.gui.take_controller import TakeController
 from studio.gui.takes_panel import TakesPanel
@@ -99,6 +100,9 @@ class MainWindow(QMainWindow):
             self.resize(1360, 860)
         self.pages.setCurrentWidget(self.studio_page if self.has_model else self.first_run)
         self._update_title()
+        self.session = SessionKeeper(self)
+        self.session.restore()
+        self._on_prompt_changed()
 
     def _update_title(self) -> None:
         title = "CosyVoice Studio"
@@ -191,6 +195,7 @@ class MainWindow(QMainWindow):
         self.transcripts.sig_progress.connect(self.voice_panel.transcript_box.status.setText)
         self.voice_panel.transcript_box.sig_use_cross_lingual.connect(self.text_panel.use_cross_lingual)
         self.voice_panel.sig_play.connect(self.play_audio)
+        self.voice_panel.sig_prompt_changed.connect(self._on_prompt_changed)
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
         self.takes_panel.sig_message.connect(self.show_message)
@@ -290,6 +295,10 @@ class MainWindow(QMainWindow):
         self.player.stop()
         self.preview.fail_take(reason)
         self.show_message(f"Take failed: {reason}")
+
+    def _on_prompt_changed(self) -> None:
+        """Generate needs a voice: say so on the button rather than failing after the click."""
+        self.text_panel.set_has_voice(self.voice_panel.current_prompt() is not None)
 
     def on_take_kept(self, kept) -> None:
         """The disk refused a take: say so in plain words and offer to save it elsewhere."""
@@ -409,6 +418,7 @@ class MainWindow(QMainWindow):
     # -- closing -------------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._closing = True
+        self.session.flush()
         self.settings.extra["window_geometry"] = bytes(self.saveGeometry().toHex()).decode()
         self.update_settings(dataclasses.replace(self.settings, stream=self.text_panel.stream.isChecked()))
         self.shutdown()
@@ -416,6 +426,7 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Stop everything this window started: engine, threads, timers, child processes."""
+        self.session.stop()
         self.gpu_panel.stop()
         self.engine_status.stop()
         self.voice_panel.stop()

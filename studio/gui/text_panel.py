@@ -160,6 +160,7 @@ class TextPanel(QWidget):
 
         self._engine_ready = False
         self._busy = False
+        self._has_voice = True  # the window says otherwise until a voice exists
         self._update_mode()
         self._update_buttons()
 
@@ -182,6 +183,11 @@ class TextPanel(QWidget):
         self._engine_ready = ready
         self._update_buttons()
 
+    def set_has_voice(self, has_voice: bool) -> None:
+        """A voice is recorded, imported or picked (Generate needs one)."""
+        self._has_voice = has_voice
+        self._update_buttons()
+
     def set_busy(self, busy: bool) -> None:
         """A take is running: Stop on, Generate off."""
         self._busy = busy
@@ -190,12 +196,14 @@ class TextPanel(QWidget):
 
     def _update_buttons(self) -> None:
         has_text = bool(self.editor.toPlainText().strip())
-        self.generate_button.setEnabled(self._engine_ready and has_text and not self._busy)
+        self.generate_button.setEnabled(self._engine_ready and has_text and self._has_voice and not self._busy)
         self.stop_button.setEnabled(self._busy)
         if not self._engine_ready:
             self.generate_button.setToolTip("The engine is not ready yet (see the status bar)")
         elif not has_text:
             self.generate_button.setToolTip("Type some text first")
+        elif not self._has_voice:
+            self.generate_button.setToolTip("Record, import or pick a voice first")
         else:
             self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
 

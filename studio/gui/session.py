@@ -1,0 +1,95 @@
+"""The studio's working state survives a restart (and a crash of the GUI itself): the text, mode,
+instruction, speed, seed, Reduce noise, the picked saved voice and the export format are kept in the
+settings (``extra["session"]``), written atomically at most a second after each change and at close,
+and restored when the window opens."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer
+
+log = logging.getLogger("studio.gui")
+SESSION_KEY = "session"
+SAVE_DELAY_MS = 1000  # a crash loses at most the last second of typing
+
+
+class SessionKeeper(QObject):
+    """Watches the window's inputs; ``restore()`` once at start, ``flush()`` at close."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window = window
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(SAVE_DELAY_MS)
+        self._timer.timeout.connect(self.flush)
+        text, voice = window.text_panel, window.voice_panel
+        for signal in (
+            text.editor.textChanged, text.mode.currentIndexChanged, text.instruct.textChanged,
+            text.speed.valueChanged, text.seed.valueChanged, text.random_seed.toggled,
+            voice.denoise_prompt.toggled, voice.saved.currentIndexChanged,
+            window.takes_panel.export_format.currentIndexChanged,
+        ):  # fmt: skip
+            signal.connect(self.changed)
+
+    def capture(self) -> dict[str, Any]:
+        text, voice = self.window.text_panel, self.window.voice_panel
+        return {
+            "text": text.editor.toPlainText(),
+            "mode": text.mode.currentData(),
+            "instruct": text.instruct.text(),
+            "speed": text.speed.value(),
+            "seed": text.seed.value(),
+            "random_seed": text.random_seed.isChecked(),
+            "reduce_noise": voice.denoise_prompt.isChecked(),
+            "voice": voice.saved.currentData() or "",
+            "export_format": self.window.takes_panel.export_format.currentData(),
+        }
+
+    def changed(self, *_args) -> None:
+        self._timer.start()  # restarts: one write per pause in typing
+
+    def flush(self) -> None:
+        """Write the state now (if it changed)."""
+        self._timer.stop()
+        state = self.capture()
+        settings = self.window.settings
+        if settings.extra.get(SESSION_KEY) != state:
+            settings.extra[SESSION_KEY] = state
+            self.window.update_settings(settings)
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def restore(self) -> None:
+        """Put the saved state back (what no longer exists, e.g. a deleted voice, is skipped)."""
+        state = self.window.settings.extra.get(SESSION_KEY)
+        if not isinstance(state, dict):
+            return
+        text, voice = self.window.text_panel, self.window.voice_panel
+        try:
+            text.editor.setPlainText(str(state.get("text", "")))
+            _select(text.mode, state.get("mode"))
+            text.instruct.setText(str(state.get("instruct", "")))
+            text.speed.setValue(float(state.get("speed", text.speed.value())))
+            text.seed.setValue(int(state.get("seed", text.seed.value())))
+            text.random_seed.setChecked(bool(state.get("random_seed", text.random_seed.isChecked())))
+            voice.denoise_prompt.blockSignals(True)  # nothing to clean yet
+            voice.denoise_prompt.setChecked(bool(state.get("reduce_noise", False)))
+            voice.denoise_prompt.blockSignals(False)
+            _select(self.window.takes_panel.export_format, state.get("export_format"))
+            index = voice.saved.findData(state.get("voice")) if state.get("voice") else -1
+            if index > 0:
+                voice.saved.setCurrentIndex(index)
+                voice.on_pick_saved(index)
+        except (TypeError, ValueError) as exc:  # a hand-edited settings file: keep what was restored
+            log.warning("the saved session could not be restored in full: %s", exc)
+        self._timer.stop()  # restoring is not a change
+
+
+def _select(combo, data) -> None:
+    index = combo.findData(data) if data is not None else -1
+    if index >= 0:
+        combo.setCurrentIndex(index)
