@@ -78,11 +78,25 @@ def resolve_model(spec: str, progress: Callable[[str], None] | None = None, down
     try:
         return Path(snapshot_download(spec, allow_patterns=_FILES, tqdm_class=bars))
     except Exception as exc:  # noqa: BLE001 - network, permissions, unknown id: all "unavailable"
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        reason = _download_problem(exc)
         raise AsrUnavailable(
             f"the ASR model {spec} is not on this computer and could not be downloaded ({reason}); "
             "type the transcript, or choose a local Whisper folder in Settings"
         ) from exc
+
+
+def _download_problem(exc: Exception) -> str:
+    """A short cause for a failed download (the hub client's own messages run to a paragraph)."""
+    text = str(exc)
+    if "offline" in text.lower() or "HF_HUB_OFFLINE" in text:
+        return "the studio has no access to the model hub"
+    name = type(exc).__name__
+    if "Connect" in name or "Timeout" in name or "connect" in text.lower():
+        return "the model hub could not be reached"
+    if "RepositoryNotFound" in name or "404" in text:
+        return "no such model on the hub"
+    first = text.split(". ")[0].splitlines()[0] if text else name
+    return first[:120]
 
 
 def progress_bars(spec: str, progress: Callable[[str], None], step: float = 0.05):

@@ -81,7 +81,11 @@ class TranscriptBox(QWidget):
 
     def set_unavailable(self, reason: str) -> None:
         """No automatic transcript: say why; the user types it."""
-        self.status.setText(f"<span style='color:#ffb74d'>Type the transcript: {reason}</span>")
+        if "type the transcript" in reason.lower():  # the reason already says what to do
+            text = reason[:1].upper() + reason[1:]
+        else:
+            text = f"Type the transcript: {reason}"
+        self.status.setText(f"<span style='color:#ffb74d'>{text}</span>")
 
     def _on_user_edit(self, _text: str) -> None:
         if self.automatic:
