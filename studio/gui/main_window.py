@@ -27,6 +27,7 @@ from studio.gui.disk_notices import KeptTakeNotice, folder_problems
 from studio.gui.engine_status import EngineStatus
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
+from studio.gui.help_menu import shortcuts_box
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.player import StreamPlayer
 from studio.gui.preview import PreviewPanel
@@ -164,6 +165,10 @@ class MainWindow(QMainWindow):
         self.model_action.triggered.connect(self.choose_model)
         engine_menu.addAction(self.restart_action)
         engine_menu.addAction(self.model_action)
+        help_menu = self.menuBar().addMenu("&Help")
+        self.shortcuts_action = QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("F1"))
+        self.shortcuts_action.triggered.connect(self.show_shortcuts)
+        help_menu.addAction(self.shortcuts_action)
 
     def _connect(self) -> None:
         bridge = self.bridge
@@ -303,20 +308,14 @@ class MainWindow(QMainWindow):
     def on_take_kept(self, kept) -> None:
         """The disk refused a take: say so in plain words and offer to save it elsewhere."""
         self.show_message(kept.message())
-        notice = KeptTakeNotice(kept, self.takes.kept, self)
-        self._notices.append(notice)
-        notice.finished.connect(lambda _result, n=notice: self._notices.remove(n))
-        notice.open()
+        self.open_notice(KeptTakeNotice(kept, self.takes.kept, self))
 
     def report_folder_problems(self) -> None:
         """Name each folder the studio cannot write to, with its cause; the studio carries on."""
         for problem in folder_problems(self.store, self.voices.folder):
             log.warning("%s", problem)
             self.show_message(problem)
-            notice = QMessageBox(QMessageBox.Icon.Warning, "Folder problem", problem, parent=self)
-            self._notices.append(notice)
-            notice.finished.connect(lambda _result, n=notice: self._notices.remove(n))
-            notice.open()
+            self.open_notice(QMessageBox(QMessageBox.Icon.Warning, "Folder problem", problem, parent=self))
 
     def play_take(self, take_id: str) -> None:
         try:
@@ -411,6 +410,17 @@ class MainWindow(QMainWindow):
         wanted = self.settings.audio_output_device
         match = [d for d in QMediaDevices.audioOutputs() if d.description() == wanted] if wanted else []
         self.player.set_device(match[0] if match else None)
+
+    def show_shortcuts(self) -> QMessageBox:
+        """The keyboard shortcuts, in a non-blocking box."""
+        return self.open_notice(shortcuts_box(self))
+
+    def open_notice(self, box: QMessageBox) -> QMessageBox:
+        """Show a non-blocking message box, kept alive until it is closed."""
+        self._notices.append(box)
+        box.finished.connect(lambda _result, b=box: self._notices.remove(b))
+        box.open()
+        return box
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 8000)

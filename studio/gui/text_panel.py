@@ -4,6 +4,7 @@ seed, streaming, and the Generate (Ctrl+Enter) / Stop (Esc) buttons."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
@@ -45,6 +46,31 @@ SPAN_TAGS = (("<strong>", "</strong>"), ("<laughter>", "</laughter>"))
 MAX_SEED = 2**31 - 1
 
 
+#: speaking rates for the length estimate: words a second (space-separated scripts), characters a
+#: second (Chinese, Japanese, Korean, which are written without spaces)
+WORDS_PER_SECOND = 2.6
+CJK_CHARS_PER_SECOND = 4.5
+_TAG = re.compile(r"\[[a-z_-]+\]|</?[a-z]+>|<\|[^|]*\|>")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def estimated_seconds(text: str) -> float:
+    """About how long the text takes to say (tags are not spoken)."""
+    plain = _TAG.sub(" ", text)
+    cjk = len(_CJK.findall(plain))
+    words = len(_CJK.sub(" ", plain).split())
+    return words / WORDS_PER_SECOND + cjk / CJK_CHARS_PER_SECOND
+
+
+def describe_length(text: str) -> str:
+    """ "123 characters · about 8 s of speech" (empty for an empty text)."""
+    if not text.strip():
+        return ""
+    seconds = estimated_seconds(text)
+    duration = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    return f"{len(text)} characters · about {duration} of speech"
+
+
 @dataclass(frozen=True)
 class TextRequest:
     """What the text panel asks for: the GUI adds the voice and sends it to the engine."""
@@ -72,11 +98,18 @@ class TextPanel(QWidget):
         self.setObjectName("TextPanel")
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("TextEditor")
-        self.editor.setTabChangesFocus(True)  # Tab moves on (tags are buttons; a tab character is never wanted)
+        self.editor.setTabChangesFocus(
+            True
+        )  # Tab moves on (tags are buttons; a tab character is never wanted)
         self.editor.setPlaceholderText(
             "Type what the voice should say. Tags like [laughter] or <strong>word</strong> shape the delivery."
         )
         self.editor.textChanged.connect(self._update_buttons)
+        self.length = QLabel("")
+        self.length.setObjectName("Hint")
+        self.editor.textChanged.connect(
+            lambda: self.length.setText(describe_length(self.editor.toPlainText()))
+        )
 
         tags = QGridLayout()
         tags.setSpacing(4)
@@ -148,6 +181,7 @@ class TextPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(title)
         layout.addWidget(self.editor, 1)
+        layout.addWidget(self.length)
         layout.addLayout(tags)
         layout.addLayout(options)
         layout.addLayout(actions)
@@ -193,10 +227,11 @@ class TextPanel(QWidget):
         self._busy = busy
         self._update_buttons()
 
-
     def _update_buttons(self) -> None:
         has_text = bool(self.editor.toPlainText().strip())
-        self.generate_button.setEnabled(self._engine_ready and has_text and self._has_voice and not self._busy)
+        self.generate_button.setEnabled(
+            self._engine_ready and has_text and self._has_voice and not self._busy
+        )
         self.stop_button.setEnabled(self._busy)
         if not self._engine_ready:
             self.generate_button.setToolTip("The engine is not ready yet (see the status bar)")

@@ -137,3 +137,15 @@ def test_other_modes_do_not_store_an_instruction_and_crash_text_starts_with_a_ca
     assert describe_state(State(EngineState.CRASHED, "the engine process was killed")).startswith(
         "Engine crashed: The engine"
     )
+
+
+def test_the_text_shows_its_length_and_help_lists_the_shortcuts(window):
+    from studio.gui.text_panel import estimated_seconds
+
+    window.text_panel.editor.setPlainText("Hello there [breath] my good friend, how are you today?")
+    assert window.text_panel.length.text() == "55 characters · about 3 s of speech"  # 9 words at 2.6 a second
+    assert estimated_seconds("[laughter] <strong></strong>") == 0  # tags are not spoken
+    assert estimated_seconds("收到好友从远方寄来的生日礼物") == pytest.approx(14 / 4.5)
+    box = window.show_shortcuts()
+    assert "Ctrl+Enter" in box.text() and "Esc" in box.text()
+    box.close()
