@@ -86,6 +86,13 @@ def run_studio(argv: list[str] | None = None) -> int:
 
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setStyle("Fusion")
+    try:
+        from studio.gui.diagnostics import setup_gui_logging
+        from studio.settings import data_dir
+
+        log.info("GUI log: %s", setup_gui_logging(data_dir(create=False) / "logs"))
+    except OSError as exc:  # an unwritable data folder: the studio starts anyway and says so
+        log.warning("no GUI log file: %s", exc)
     window = None
     install_excepthook(lambda: window)  # before the window exists: a failure building it is shown too
     window = create_window()

@@ -27,7 +27,7 @@ from studio.gui.disk_notices import KeptTakeNotice, folder_problems
 from studio.gui.engine_status import EngineStatus
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
-from studio.gui.help_menu import shortcuts_box
+from studio.gui.help_menu import HelpMenu
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.player import StreamPlayer
 from studio.gui.preview import PreviewPanel
@@ -165,10 +165,7 @@ class MainWindow(QMainWindow):
         self.model_action.triggered.connect(self.choose_model)
         engine_menu.addAction(self.restart_action)
         engine_menu.addAction(self.model_action)
-        help_menu = self.menuBar().addMenu("&Help")
-        self.shortcuts_action = QAction("&Keyboard shortcuts", self, shortcut=QKeySequence("F1"))
-        self.shortcuts_action.triggered.connect(self.show_shortcuts)
-        help_menu.addAction(self.shortcuts_action)
+        self.help = HelpMenu(self)
 
     def _connect(self) -> None:
         bridge = self.bridge
@@ -410,10 +407,6 @@ class MainWindow(QMainWindow):
         wanted = self.settings.audio_output_device
         match = [d for d in QMediaDevices.audioOutputs() if d.description() == wanted] if wanted else []
         self.player.set_device(match[0] if match else None)
-
-    def show_shortcuts(self) -> QMessageBox:
-        """The keyboard shortcuts, in a non-blocking box."""
-        return self.open_notice(shortcuts_box(self))
 
     def open_notice(self, box: QMessageBox) -> QMessageBox:
         """Show a non-blocking message box, kept alive until it is closed."""

@@ -146,6 +146,6 @@ def test_the_text_shows_its_length_and_help_lists_the_shortcuts(window):
     assert window.text_panel.length.text() == "55 characters · about 3 s of speech"  # 9 words at 2.6 a second
     assert estimated_seconds("[laughter] <strong></strong>") == 0  # tags are not spoken
     assert estimated_seconds("收到好友从远方寄来的生日礼物") == pytest.approx(14 / 4.5)
-    box = window.show_shortcuts()
+    box = window.help.show_shortcuts()
     assert "Ctrl+Enter" in box.text() and "Esc" in box.text()
     box.close()
