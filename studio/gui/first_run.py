@@ -75,7 +75,7 @@ class FirstRunPanel(QWidget):
 
         card = QFrame()
         card.setObjectName("Card")
-        card.setMaximumWidth(640)
+        card.setMaximumWidth(760)  # room for the three buttons in bold (at 640 the first was cut)
         buttons = QHBoxLayout()
         for button in (self.choose_button, self.download_button, self.demo_button, self.back_button):
             buttons.addWidget(button)

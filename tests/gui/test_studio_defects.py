@@ -149,3 +149,21 @@ def test_the_text_shows_its_length_and_help_lists_the_shortcuts(window):
     box = window.help.show_shortcuts()
     assert "Ctrl+Enter" in box.text() and "Esc" in box.text()
     box.close()
+
+
+def test_the_first_run_buttons_are_not_cut_at_1280x720(qtbot, monkeypatch):
+    from studio.gui.app import create_window
+
+    window = create_window(Settings(model_dir=""))
+    qtbot.addWidget(window)
+    monkeypatch.setattr(window, "start_engine", lambda: None)
+    window.resize(1280, 720)
+    window.show()
+    qtbot.waitExposed(window)
+    for button in (
+        window.first_run.choose_button,
+        window.first_run.download_button,
+        window.first_run.demo_button,
+    ):
+        assert button.width() >= button.sizeHint().width(), button.text()
+    window.shutdown()
