@@ -27,13 +27,6 @@ from typing import Any
 
 from studio import __version__
 from studio.engine.asr_service import AsrService
-from studio.engine.client import (
-    OUTPUT_GENERATIONS,
-    output_generation,
-    output_header,
-    output_path,
-    output_pid,
-)
 from studio.engine.protocol import (
     PROTOCOL_VERSION,
     AudioChunk,
@@ -49,6 +42,7 @@ from studio.engine.protocol import (
     TakeFinished,
     Transcribe,
 )
+from studio.engine.raw_output import output_header, output_path, rotate_output
 
 log = logging.getLogger("studio.engine")
 LOG_FORMAT = "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"
@@ -78,32 +72,6 @@ def setup_logging(log_path: str) -> Any:
             stream.reconfigure(line_buffering=True)
     faulthandler.enable(output)
     return output
-
-
-def rotate_output(path: Path) -> bool:
-    """``engine.out`` -> ``engine.out.1`` -> ``engine.out.2``, by renames (nothing is copied or truncated,
-    so a crash's dump survives the next start even when that one fails). A file holding nothing but its
-    header line is not worth a generation and is overwritten. False when a rename failed (e.g. Windows,
-    a file still open elsewhere): the caller then appends instead of truncating."""
-    if not _has_output(path):
-        return True
-    try:
-        for generation in range(OUTPUT_GENERATIONS, 0, -1):
-            older = output_generation(path, generation - 1)
-            if older.exists():
-                os.replace(older, output_generation(path, generation))
-    except OSError:
-        return False
-    return True
-
-
-def _has_output(path: Path) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            first = handle.readline()
-            return bool(handle.read(1)) or bool(first.strip() and output_pid(first) is None)
-    except OSError:
-        return False
 
 
 class Engine:

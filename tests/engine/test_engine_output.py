@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from studio.engine.client import (
+from studio.engine.client import EngineClient
+from studio.engine.raw_output import (
     OUTPUT_LINES,
     REPORT_WIDTH,
-    EngineClient,
     clip,
     output_excerpt,
     output_header,
     output_of,
+    rotate_output,
 )
-from studio.engine.process import rotate_output
 
 
 def start(path, pid, body=""):
