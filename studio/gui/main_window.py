@@ -29,7 +29,7 @@ from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
 from studio.gui.help_menu import HelpMenu
 from studio.gui.jobs import BackgroundJobs
-from studio.gui.player import StreamPlayer
+from studio.gui.playback import Playback
 from studio.gui.preview import PreviewPanel
 from studio.gui.session import SessionKeeper
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
@@ -70,11 +70,9 @@ class MainWindow(QMainWindow):
         self.jobs = BackgroundJobs(self)
         self.store = TakeStore(settings.resolved_output_dir())
         self.voices = VoiceLibrary(data_dir(create=False) / "voices")
-        self.player = StreamPlayer(self)
         self.denoiser = TakeDenoiser(self)
         self.takes = TakeController(self.bridge, self.store, self)
         self.transcripts = TranscriptController(self.bridge, lambda: self.settings.asr_model, self)
-        self._last_take_id: str | None = None
         self._closing = False
         self._notices: list[QMessageBox] = []  # open non-blocking notices (kept alive until closed)
 
@@ -86,6 +84,8 @@ class MainWindow(QMainWindow):
         self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
         self.first_run = FirstRunPanel(data_dir(create=False) / "models")
         self.engine_status = EngineStatus()
+        self.playback = Playback(self)
+        self.player = self.playback.player
         self._build_layout()
         self._build_menus()
         self._connect()
@@ -180,8 +180,8 @@ class MainWindow(QMainWindow):
             lambda request: self.takes.start(request, self.voice_panel.current_prompt())
         )
         self.text_panel.sig_stop.connect(self.stop_take)
-        self.text_panel.sig_escape.connect(self.player.stop)
-        self.preview.sig_stop_playback.connect(self.player.stop)
+        self.text_panel.sig_escape.connect(self.playback.stop)
+        self.playback.sig_message.connect(self.show_message)
         self.takes.sig_started.connect(self.on_take_started)
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
@@ -196,17 +196,13 @@ class MainWindow(QMainWindow):
         self.transcripts.sig_unavailable.connect(self.voice_panel.transcript_box.set_unavailable)
         self.transcripts.sig_progress.connect(self.voice_panel.transcript_box.status.setText)
         self.voice_panel.transcript_box.sig_use_cross_lingual.connect(self.text_panel.use_cross_lingual)
-        self.voice_panel.sig_play.connect(self.play_audio)
         self.voice_panel.sig_prompt_changed.connect(self._on_prompt_changed)
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
         self.takes_panel.sig_message.connect(self.show_message)
-        self.preview.sig_replay.connect(lambda: self._last_take_id and self.play_take(self._last_take_id))
         self.preview.denoise.toggled.connect(self._on_denoise_toggled)
         self.denoiser.sig_done.connect(self.on_denoised)
         self.denoiser.sig_failed.connect(self.on_denoise_failed)
-        self.player.sig_position.connect(lambda seconds: self.preview.waveform.set_cursor(seconds))
-        self.player.sig_state.connect(self.on_player_state)
 
     # -- engine --------------------------------------------------------------------------------------
     @property
@@ -261,21 +257,20 @@ class MainWindow(QMainWindow):
         self.text_panel.set_busy(True)
         self.preview.begin_take(request.stream)
         self.gpu_panel.mark_take_started()
-        self.player.begin()  # opens at the rate of the take's first chunk
+        self.playback.begin_live(request.request_id)  # opens at the rate of the take's first chunk
 
     def stop_take(self) -> None:
         """Stop: cancel the take in the engine and silence the preview at once."""
         self.takes.stop()
-        self.player.stop()
+        self.playback.stop()
 
     def on_take_chunk(self, samples: np.ndarray, sample_rate: int, latency: float) -> None:
         self.preview.add_chunk(samples, sample_rate, latency)
-        self.player.feed(samples, sample_rate)
+        self.playback.feed_live(samples, sample_rate)
 
     def on_take_finished(self, stats, take) -> None:
         self.text_panel.set_busy(False)
         self.gpu_panel.mark_take_finished()
-        self.player.end()
         if stats is not None:
             self.preview.finish_take(
                 stats.first_chunk_latency if stats.chunks else None,
@@ -283,9 +278,9 @@ class MainWindow(QMainWindow):
                 stats.audio_seconds,
                 stats.cancelled,
             )
+        self.playback.end_live(take)
         if take is None:
             return
-        self._last_take_id = take.id
         self.takes_panel.refresh(select=take.id)
         if stats is not None:  # a broken-off take's failure message says where it was kept
             self.show_message(f"Saved {take.name} ({take.duration_s:.1f} s) to {self.store.folder}")
@@ -294,7 +289,7 @@ class MainWindow(QMainWindow):
 
     def on_take_failed(self, reason: str) -> None:
         self.text_panel.set_busy(False)
-        self.player.stop()
+        self.playback.stop()
         self.preview.fail_take(reason)
         self.show_message(f"Take failed: {reason}")
 
@@ -315,25 +310,7 @@ class MainWindow(QMainWindow):
             self.open_notice(QMessageBox(QMessageBox.Icon.Warning, "Folder problem", problem, parent=self))
 
     def play_take(self, take_id: str) -> None:
-        try:
-            audio, rate = self.store.load_audio(take_id, prefer_denoised=True)
-        except TakeError as exc:
-            self.show_message(str(exc))
-            return
-        take = self.store.get(take_id)
-        self._last_take_id = take_id
-        self.preview.waveform.set_audio(audio, rate)
-        self.preview.show_take(take.name, audio.size / rate, take.denoised)
-        self.play_audio(audio, rate)
-
-    def play_audio(self, audio: np.ndarray, rate: int) -> None:
-        if not self.player.play(audio, rate):
-            self.show_message("No audio output device: cannot play.")
-
-    def on_player_state(self, state: str) -> None:
-        self.preview.set_playing(state == "playing")
-        if state == "idle":
-            self.preview.waveform.set_cursor(None)
+        self.playback.play_take(take_id)
 
     # -- denoise -------------------------------------------------------------------------------------
     def _on_denoise_toggled(self, on: bool) -> None:
@@ -433,7 +410,7 @@ class MainWindow(QMainWindow):
         self.gpu_panel.stop()
         self.engine_status.stop()
         self.voice_panel.stop()
-        self.player.stop()
+        self.playback.stop()
         self.first_run.cancel()
         self.denoiser.shutdown()
         self.jobs.shutdown()

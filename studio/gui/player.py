@@ -1,8 +1,9 @@
 """Gapless playback of streamed audio: QAudioSink in push mode, topped up by one QTimer.
 
 ``begin()`` opens a stream, ``feed()`` appends chunks as they arrive (playback starts with the first),
-``end()`` marks the end; ``play()`` does all three for a whole take. Without an output device the player
-says so (``sig_state`` "no-device") and drops audio instead of failing.
+``end()`` marks the end; ``play()`` does all three for a whole clip, optionally from an offset (a seek).
+``pause()``/``resume()`` suspend the sink without losing what is queued. Without an output device the
+player says so (``sig_state`` "no-device") and drops audio instead of failing.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ class StreamPlayer(QObject):
     """Plays one stream at a time; a new ``begin``/``play`` replaces the current one."""
 
     sig_state = Signal(str)
-    """"playing", "idle" (finished or stopped) or "no-device"."""
+    """"playing", "paused", "idle" (finished or stopped) or "no-device"."""
     sig_position = Signal(float)
-    """Seconds of the current stream played so far (while playing)."""
+    """Position in the current clip, in seconds (the stream's start offset plus what has played)."""
 
     def __init__(self, parent: QObject | None = None, device: QAudioDevice | None = None):
         super().__init__(parent)
@@ -67,6 +68,8 @@ class StreamPlayer(QObject):
         self._source_rate: int | None = None
         self._awaiting_stream = False  # begin() without a rate: the first feed() opens the stream
         self._ended = False
+        self._offset_s = 0.0  # where in its clip the current stream started (a seek)
+        self._paused = False
 
     def set_device(self, device: QAudioDevice | None) -> None:
         """Use this output device from the next stream on (None: the system default)."""
@@ -75,6 +78,10 @@ class StreamPlayer(QObject):
     @property
     def is_playing(self) -> bool:
         return self._sink is not None
+
+    @property
+    def is_paused(self) -> bool:
+        return self._sink is not None and self._paused
 
     @property
     def pending_bytes(self) -> int:
@@ -103,6 +110,8 @@ class StreamPlayer(QObject):
             self.sig_state.emit("no-device")
             return False
         self._ended = False
+        self._paused = False
+        self._offset_s = 0.0
         self._timer.start()
         self.sig_state.emit("playing")
         return True
@@ -119,18 +128,46 @@ class StreamPlayer(QObject):
         if sample_rate is not None and int(sample_rate) != self._source_rate:
             raise ValueError(f"cannot feed {sample_rate} Hz audio into a {self._source_rate} Hz stream")
         self._pending += encode_pcm(samples, self._source_rate, self._format)
-        self.on_feed()
+        if not self._paused:
+            self.on_feed()
 
     def end(self) -> None:
         """No more chunks for this stream; it stops once everything queued has played."""
         self._ended = True
 
-    def play(self, samples: np.ndarray, sample_rate: int) -> bool:
+    def play(self, samples: np.ndarray, sample_rate: int, start_s: float = 0.0) -> bool:
+        """Play a whole clip from ``start_s`` seconds on (positions stay relative to the clip's start)."""
         if not self.begin(sample_rate):
             return False
-        self.feed(samples, sample_rate)
+        first = min(max(0, int(round(start_s * sample_rate))), len(samples))
+        self._offset_s = first / float(sample_rate)
+        self.feed(np.asarray(samples)[first:], sample_rate)
         self.end()
         return True
+
+    def pause(self) -> None:
+        """Suspend the sink; what is queued stays queued (chunks of a streaming take keep arriving)."""
+        if self._sink is None or self._paused:
+            return
+        self._paused = True
+        self._sink.suspend()
+        self._timer.stop()
+        self.sig_state.emit("paused")
+
+    def resume(self) -> None:
+        if self._sink is None or not self._paused:
+            return
+        self._paused = False
+        self._sink.resume()
+        self._timer.start()
+        self.sig_state.emit("playing")
+
+    @property
+    def position(self) -> float:
+        """Seconds into the current clip (0 when nothing plays)."""
+        if self._sink is None:
+            return 0.0
+        return self._offset_s + self._sink.processedUSecs() / 1e6
 
     def on_feed(self) -> None:
         """Top the sink up with as much queued audio as it has room for; finish when all has played."""
@@ -141,7 +178,7 @@ class StreamPlayer(QObject):
             written = self._io.write(bytes(self._pending[:free]))
             if written > 0:
                 del self._pending[:written]
-        self.sig_position.emit(self._sink.processedUSecs() / 1e6)
+        self.sig_position.emit(self.position)
         if self._ended and not self._pending and self._sink.state() == QtAudio.State.IdleState:
             self.stop()  # everything queued has played
 
@@ -149,6 +186,7 @@ class StreamPlayer(QObject):
         self._timer.stop()
         self._pending.clear()
         self._awaiting_stream = False
+        self._paused = False
         if self._sink is None:
             return
         sink, self._sink, self._io = self._sink, None, None

@@ -1,5 +1,6 @@
 """The preview: the take being made grows live in a waveform, with its first-chunk latency, real-time
-factor and length once finished, a replay button and the denoise toggle with its pending indicator."""
+factor and length once finished; the transport (play/pause, stop, position; click the waveform to seek)
+and the denoise toggle with its pending indicator."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from studio.gui.waveform import WaveformView
 class PreviewPanel(QWidget):
     """Live waveform and stats of the current take."""
 
-    sig_replay = Signal()
-    """Replay the last take."""
+    sig_toggle = Signal()
+    """Play/pause the take shown here."""
     sig_stop_playback = Signal()
     """Stop whatever is playing."""
 
@@ -26,9 +27,12 @@ class PreviewPanel(QWidget):
         self.waveform = WaveformView(color="#4fc3f7", height=150, autoscale=True)
         self.stats = QLabel("Generate a take to hear it here.")
         self.stats.setObjectName("Stats")
-        self.replay_button = QPushButton("▶ Replay")
-        self.replay_button.setEnabled(False)
-        self.replay_button.clicked.connect(self.sig_replay.emit)
+        self.play_button = QPushButton("▶ Play")
+        self.play_button.setToolTip("Play or pause the take shown here (Space)")
+        self.play_button.setEnabled(False)
+        self.play_button.clicked.connect(self.sig_toggle.emit)
+        self.time_label = QLabel("")
+        self.time_label.setObjectName("Timer")
         self.stop_playback_button = QPushButton("■ Stop")
         self.stop_playback_button.setToolTip("Stop playback (Esc)")
         self.stop_playback_button.setEnabled(False)
@@ -47,7 +51,8 @@ class PreviewPanel(QWidget):
         header.addWidget(self.denoise)
         footer = QHBoxLayout()
         footer.addWidget(self.stats, 1)
-        footer.addWidget(self.replay_button)
+        footer.addWidget(self.time_label)
+        footer.addWidget(self.play_button)
         footer.addWidget(self.stop_playback_button)
         layout = QVBoxLayout(self)
         layout.addLayout(header)
@@ -57,7 +62,13 @@ class PreviewPanel(QWidget):
 
     def begin_take(self, streaming: bool) -> None:
         self.waveform.clear_audio()
-        self.replay_button.setEnabled(False)
+        self.waveform.set_placeholder(
+            "Waiting for the first chunk…"
+            if streaming
+            else "Generating… the take appears once it is complete"
+        )
+        self.play_button.setEnabled(False)
+        self.time_label.setText("")
         self.stats.setText("Waiting for the first chunk…" if streaming else "Generating (not streaming)…")
 
     def add_chunk(self, samples: np.ndarray, sample_rate: int, latency_s: float) -> None:
@@ -76,18 +87,36 @@ class PreviewPanel(QWidget):
             parts.append(f"RTF {rtf:.2f}")
         parts.append(f"{seconds:.1f} s of audio")
         self.stats.setText(("Stopped · " if cancelled else "") + " · ".join(parts))
-        self.replay_button.setEnabled(seconds > 0)
+        self.play_button.setEnabled(seconds > 0)
+        self.waveform.set_placeholder("")
 
-    def set_playing(self, playing: bool) -> None:
-        self.stop_playback_button.setEnabled(playing)
+    def set_transport_state(self, state: str) -> None:
+        """ "playing", "paused" or "stopped": the buttons follow."""
+        self.play_button.setText("⏸ Pause" if state == "playing" else "▶ Play")
+        if state != "stopped":
+            self.play_button.setEnabled(True)
+        self.stop_playback_button.setEnabled(state != "stopped")
+
+    def set_position(self, seconds: float, duration: float) -> None:
+        if duration:
+            self.time_label.setText(f"{_clock(seconds)} / {_clock(duration)}")
+        else:  # a take still streaming (nothing shown before it starts)
+            self.time_label.setText(_clock(seconds) if seconds else "")
 
     def show_take(self, name: str, seconds: float, denoised: bool) -> None:
         """A stored take is shown (and played): its own caption, never the previous take's stats."""
-        self.stats.setText(f"▶ {name} · {seconds:.1f} s" + (" · denoised" if denoised else ""))
-        self.replay_button.setEnabled(True)
+        self.stats.setText(f"{name} · {seconds:.1f} s" + (" · denoised" if denoised else ""))
+        self.waveform.set_placeholder("")
+        self.play_button.setEnabled(True)
 
     def fail_take(self, message: str) -> None:
         self.stats.setText(f"<span style='color:#e57373'>Take failed: {message}</span>")
+        self.waveform.set_placeholder("")
 
     def set_pending(self, count: int) -> None:
         self.pending.setText(f"denoising {count} take(s)…" if count else "")
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(max(0.0, seconds), 60.0)
+    return f"{int(minutes)}:{rest:04.1f}"

@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
 from studio.atomic_files import DiskError
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.recorder import MAX_SECONDS, Recorder
+from studio.gui.reference_audio import AUDIO_FILTER, clean_recording, load_file, summarise_report
 from studio.gui.transcript_box import TranscriptBox, quality_html
+from studio.gui.transport import Clip
 from studio.gui.waveform import WaveformView
 from studio.voices import VoiceError, VoiceExistsError, VoiceLibrary
-
-AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3 *.aif *.aiff);;All files (*)"
 
 
 @dataclass(frozen=True)
@@ -47,41 +47,11 @@ class Prompt:
     voice_id: str = ""  # a saved voice's id in the voice library: the engine loads it by id
 
 
-def clean_recording(samples: np.ndarray, sample_rate: int, denoise: bool):
-    """Run the audio core's prompt cleanup (worker thread): a CleanResult (16 kHz samples + report).
-
-    Over-long recordings are cut at the best pause the audio core offers (the model takes at most 30 s).
-    """
-    from studio.audio.clean import CleanOptions, clean_prompt
-
-    return clean_prompt(samples, sample_rate, CleanOptions(denoise=denoise, cut="auto"))
-
-
-def summarise_report(report) -> str:
-    """A few lines for the panel: before -> after, the steps that changed something, and warnings."""
-    before, after = report.before, report.after
-    lines = [
-        f"{before.duration_s:.1f} s → {after.duration_s:.1f} s, peak "
-        f"{before.peak_dbfs if before.peak_dbfs is not None else -99:.1f} → {after.peak_dbfs:.1f} dBFS"
-    ]
-    lines += [
-        f"{step.name}: {step.summary}" for step in report.steps if step.name in ("trim", "cut", "denoise")
-    ]
-    lines += [f"<span style='color:#ffb74d'>⚠ {w}</span>" for w in report.warnings]
-    return "<br>".join(lines)
-
-
-def load_file(path: str):
-    from studio.audio.io import load_audio
-
-    return load_audio(path, max_duration_s=120.0)
-
-
 class VoicePanel(QWidget):
     """Owns the reference voice; ``current_prompt()`` gives what the next take clones."""
 
-    sig_play = Signal(object, int)
-    """Play this audio (float32 samples, sample rate)."""
+    sig_play = Signal(object)
+    """Play this `Clip` (the original or the cleaned reference)."""
     sig_message = Signal(str)
     """A short status message."""
     sig_prompt_changed = Signal()
@@ -107,6 +77,7 @@ class VoicePanel(QWidget):
         self._clean_generation = 0
         self._fresh_recording = False  # the next cleaning result is a new recording: transcribe it
         self._saved_original: tuple[np.ndarray, int] | None = None  # a picked saved voice's recording
+        self._generation = {"original": 0, "cleaned": 0}  # which version of each is shown (playheads)
 
         title = QLabel("Voice")
         title.setObjectName("PanelTitle")
@@ -137,9 +108,9 @@ class VoicePanel(QWidget):
         self.before = WaveformView(color="#90a4ae", height=70)
         self.after = WaveformView(color="#4fc3f7", height=70)
         self.play_before = QPushButton("▶ Original")
-        self.play_before.clicked.connect(lambda: self._play(self._original or self._saved_original))
+        self.play_before.clicked.connect(lambda: self._play("original"))
         self.play_after = QPushButton("▶ Cleaned")
-        self.play_after.clicked.connect(lambda: self._play(self._cleaned))
+        self.play_after.clicked.connect(lambda: self._play("cleaned"))
         self.denoise_prompt = QCheckBox("Reduce noise")
         self.denoise_prompt.setToolTip("Also run noise reduction while cleaning the recording")
         self.denoise_prompt.toggled.connect(lambda _on: self.reclean())
@@ -237,6 +208,7 @@ class VoicePanel(QWidget):
         self._original = None  # nothing to clean again: the saved prompt is used as it is
         self._saved_original = original  # shown and playable: the recording it was made from, if kept
         self._cleaned = (audio, rate)
+        self._bump("original", "cleaned")
         if original is not None:
             self.before.set_audio(*original)
         else:
@@ -327,6 +299,7 @@ class VoicePanel(QWidget):
         self._original = (np.asarray(audio, dtype=np.float32), int(sample_rate))
         self._saved_original = None
         self._cleaned = None
+        self._bump("original", "cleaned")
         self.before.set_audio(audio, sample_rate)
         self.after.clear_audio()
         self.quality.setText("")
@@ -361,6 +334,7 @@ class VoicePanel(QWidget):
             self.report.setText(f"<span style='color:#e57373'>{error}</span>")
             return
         self._cleaned = (result.samples, result.sample_rate)
+        self._bump("cleaned")
         self.after.set_audio(result.samples, result.sample_rate)
         self.report.setText(summarise_report(result.report))
         self.report.setToolTip(result.report.text())
@@ -418,9 +392,24 @@ class VoicePanel(QWidget):
         audio, rate = self._cleaned
         return Prompt(audio, rate, self.transcript.text().strip(), self._voice_name, self._voice_id)
 
-    def _play(self, audio: tuple[np.ndarray, int] | None) -> None:
-        if audio is not None:
-            self.sig_play.emit(audio[0], audio[1])
+    def reference_key(self, which: str) -> str:
+        """The transport key of the "original" or "cleaned" audio shown now."""
+        return f"{which}:{self._generation[which]}"
+
+    def reference_clip(self, which: str) -> Clip | None:
+        audio = (self._original or self._saved_original) if which == "original" else self._cleaned
+        if audio is None:
+            return None
+        return Clip(self.reference_key(which), audio[0], audio[1], which.capitalize())
+
+    def _bump(self, *which: str) -> None:
+        for name in which:
+            self._generation[name] += 1
+
+    def _play(self, which: str) -> None:
+        clip = self.reference_clip(which)
+        if clip is not None:
+            self.sig_play.emit(clip)
 
     def _update_buttons(self) -> None:
         self.play_before.setEnabled(self._original is not None or self._saved_original is not None)

@@ -1,10 +1,11 @@
-"""A waveform view (pyqtgraph) that can grow live as chunks arrive, drawn as a min/max envelope."""
+"""A waveform view (pyqtgraph) that can grow live as chunks arrive, drawn as a min/max envelope, with a
+playhead, click-to-seek and a placeholder line while it has no audio."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QSizePolicy
 
 #: Envelope bins per second of audio: fine enough to look like a waveform, cheap for minutes of audio.
@@ -29,6 +30,9 @@ def envelope(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndar
 class WaveformView(pg.PlotWidget):
     """Shows mono audio; ``append`` adds samples (a streamed take), ``set_audio`` replaces them."""
 
+    sig_seek = Signal(float)
+    """The user clicked at this many seconds into the audio shown."""
+
     def __init__(self, parent=None, color: str = "#4fc3f7", height: int = 90, autoscale: bool = False):
         super().__init__(parent, background=None)
         self._autoscale = autoscale  # zoom quiet audio to its peak instead of full scale
@@ -47,16 +51,20 @@ class WaveformView(pg.PlotWidget):
         pen = pg.mkPen(color, width=1)
         self._upper = pg.PlotDataItem(pen=pen)
         self._lower = pg.PlotDataItem(pen=pen)
-        fill = pg.FillBetweenItem(self._upper, self._lower, brush=pg.mkBrush(color))
+        self._fill = pg.FillBetweenItem(self._upper, self._lower, brush=pg.mkBrush(color))
         self.addItem(self._upper)
         self.addItem(self._lower)
-        self.addItem(fill)
+        self.addItem(self._fill)
+        self._placeholder = pg.TextItem("", color="#78909c", anchor=(0.5, 0.5))
+        self._placeholder.setPos(0.5, 0.0)
+        self.addItem(self._placeholder)
         self._cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ffb74d", width=1, style=Qt.PenStyle.DashLine))
         self._cursor.hide()
         self.addItem(self._cursor)
         self._sample_rate = 1  # until audio arrives with its rate (an empty view lasts 0 s at any rate)
         self._samples = np.zeros(0, dtype=np.float32)
         self.setXRange(0.0, 1.0, padding=0.0)
+        self.scene().sigMouseClicked.connect(self._on_click)
 
     @property
     def samples(self) -> np.ndarray:
@@ -89,7 +97,25 @@ class WaveformView(pg.PlotWidget):
         self._cursor.setValue(seconds)
         self._cursor.show()
 
+    def set_placeholder(self, text: str) -> None:
+        """A line shown in the middle while there is no audio (e.g. "Generating…")."""
+        self._placeholder.setText(text)
+        self._placeholder.setVisible(not self._samples.size)
+
+    @property
+    def placeholder(self) -> str:
+        return self._placeholder.toPlainText() if self._placeholder.isVisible() else ""
+
+    def _on_click(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or not self._samples.size:
+            return
+        point = self.getPlotItem().vb.mapSceneToView(event.scenePos())
+        self.sig_seek.emit(float(min(max(point.x(), 0.0), self.duration)))
+
     def _redraw(self) -> None:
+        has_audio = bool(self._samples.size)
+        self._fill.setVisible(has_audio)  # an emptied pair of curves leaves the old fill path drawn
+        self._placeholder.setVisible(not has_audio and bool(self._placeholder.toPlainText()))
         times, lows, highs = envelope(self._samples, self._sample_rate)
         self._upper.setData(times, highs)
         self._lower.setData(times, lows)
