@@ -25,6 +25,7 @@ import numpy as np
 from studio.atomic_files import atomic_write_bytes, ensure_folder, write_new_files
 
 SIDECAR_VERSION = 1
+TRASH_FOLDER = ".trash"  # the takes of the last discard, until the next one (undo)
 #: what a take id may look like: a file-name stem, never a path
 _TAKE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
 
@@ -170,9 +171,49 @@ class TakeStore:
         return updated
 
     def delete(self, take_id: str) -> None:
+        """Remove a take's files for good (the studio discards instead: see `discard`)."""
         self.get(take_id)  # a clear error for an unknown id
         for path in (self.denoised_path(take_id), self.wav_path(take_id), self.sidecar_path(take_id)):
             path.unlink(missing_ok=True)
+
+    # -- discard and undo --------------------------------------------------------------------------
+    @property
+    def trash(self) -> Path:
+        return self.folder / TRASH_FOLDER
+
+    def discard(self, take_ids: Iterable[str]) -> list[str]:
+        """Move takes into the trash, where `restore_discarded` finds them until the next discard.
+
+        Each sidecar moves first (the take leaves the list at once), then its audio. The previous
+        discard's takes are removed for good: one level of undo, as in the studio.
+        """
+        ids = [self.get(take_id).id for take_id in take_ids]  # all known, or nothing moves
+        self.empty_trash()
+        ensure_folder(self.trash)
+        for take_id in ids:
+            for path in (self.sidecar_path(take_id), self.wav_path(take_id), self.denoised_path(take_id)):
+                if path.exists():
+                    os.replace(path, self.trash / path.name)
+        return ids
+
+    def restore_discarded(self) -> list[str]:
+        """Put the last discard's takes back (audio first, sidecar last); their ids."""
+        restored = []
+        for sidecar in sorted(self.trash.glob("*.json")):
+            take_id = check_take_id(sidecar.stem)
+            for path in (self.wav_path(take_id), self.denoised_path(take_id)):
+                if (self.trash / path.name).exists():
+                    os.replace(self.trash / path.name, path)
+            os.replace(sidecar, self.sidecar_path(take_id))
+            restored.append(take_id)
+        return restored
+
+    def empty_trash(self) -> None:
+        if not self.trash.is_dir():
+            return
+        for path in self.trash.iterdir():
+            if path.is_file() and (path.suffix in (".json", ".wav")):
+                path.unlink(missing_ok=True)
 
     # -- reading -----------------------------------------------------------------------------------
     def get(self, take_id: str) -> Take:
@@ -236,3 +277,14 @@ class TakeStore:
             audio, rate = self.load_audio(take_id, prefer_denoised)
             results.append(export_take(audio, Path(folder), take.name, fmt=fmt, sample_rate=rate))
         return results
+
+    def export_as(
+        self, take_id: str, path: str | os.PathLike[str], fmt: str = "wav16", prefer_denoised: bool = True
+    ):
+        """Export one take to the file the user named (replacing it: the save dialog asked); its ExportResult."""
+        from studio.audio.export import export_take
+
+        target = Path(path)
+        audio, rate = self.load_audio(take_id, prefer_denoised)
+        stem = target.name[: -len(target.suffix)] if target.suffix else target.name
+        return export_take(audio, target.parent, stem, fmt=fmt, sample_rate=rate, on_conflict="overwrite")

@@ -31,7 +31,7 @@ from studio.gui.help_menu import HelpMenu
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.playback import Playback
 from studio.gui.preview import PreviewPanel
-from studio.gui.session import SessionKeeper
+from studio.gui.session import SessionKeeper, take_state
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
 from studio.gui.take_controller import TakeController
 from studio.gui.takes_panel import TakesPanel
@@ -200,6 +200,8 @@ class MainWindow(QMainWindow):
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
         self.takes_panel.sig_message.connect(self.show_message)
+        self.takes_panel.details.sig_regenerate.connect(self.regenerate)
+        self.takes_panel.details.sig_use_text.connect(self.use_take_text)
         self.preview.denoise.toggled.connect(self._on_denoise_toggled)
         self.denoiser.sig_done.connect(self.on_denoised)
         self.denoiser.sig_failed.connect(self.on_denoise_failed)
@@ -311,6 +313,23 @@ class MainWindow(QMainWindow):
 
     def play_take(self, take_id: str) -> None:
         self.playback.play_take(take_id)
+
+    def use_take_text(self, take) -> None:
+        self.session.apply({"text": take.text})
+        self.text_panel.editor.setFocus()
+
+    def regenerate(self, take) -> None:
+        """A new take with a stored take's text, voice, mode, instruction, speed and seed."""
+        if not self.session.apply(take_state(take)):
+            self.show_message(f"The voice “{take.voice}” is no longer saved: the take uses the current voice")
+        elif not take.settings.get("voice_id"):
+            self.show_message("That take's voice was an unsaved recording: the take uses the current voice")
+        if self.text_panel.generate_button.isEnabled():
+            self.text_panel.request_generate()
+        else:
+            self.show_message(
+                f"{self.text_panel.generate_button.toolTip()}; the take's settings are in place"
+            )
 
     # -- denoise -------------------------------------------------------------------------------------
     def _on_denoise_toggled(self, on: bool) -> None:

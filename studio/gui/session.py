@@ -66,27 +66,54 @@ class SessionKeeper(QObject):
     def restore(self) -> None:
         """Put the saved state back (what no longer exists, e.g. a deleted voice, is skipped)."""
         state = self.window.settings.extra.get(SESSION_KEY)
-        if not isinstance(state, dict):
-            return
+        if isinstance(state, dict):
+            self.apply(state)
+        self._timer.stop()  # restoring is not a change
+
+    def apply(self, state: dict[str, Any]) -> bool:
+        """Set the inputs named in ``state`` (the keys of `capture`); False when its voice is not saved."""
         text, voice = self.window.text_panel, self.window.voice_panel
+        voice_found = True
         try:
-            text.editor.setPlainText(str(state.get("text", "")))
+            if "text" in state:
+                text.editor.setPlainText(str(state["text"]))
             _select(text.mode, state.get("mode"))
-            text.instruct.setText(str(state.get("instruct", "")))
-            text.speed.setValue(float(state.get("speed", text.speed.value())))
-            text.seed.setValue(int(state.get("seed", text.seed.value())))
-            text.random_seed.setChecked(bool(state.get("random_seed", text.random_seed.isChecked())))
-            voice.denoise_prompt.blockSignals(True)  # nothing to clean yet
-            voice.denoise_prompt.setChecked(bool(state.get("reduce_noise", False)))
-            voice.denoise_prompt.blockSignals(False)
+            if "instruct" in state:
+                text.instruct.setText(str(state["instruct"]))
+            if "speed" in state:
+                text.speed.setValue(float(state["speed"]))
+            if "seed" in state:
+                text.seed.setValue(int(state["seed"]))
+            if "random_seed" in state:
+                text.random_seed.setChecked(bool(state["random_seed"]))
+            if "reduce_noise" in state:
+                voice.denoise_prompt.blockSignals(True)  # nothing to clean yet
+                voice.denoise_prompt.setChecked(bool(state["reduce_noise"]))
+                voice.denoise_prompt.blockSignals(False)
             _select(self.window.takes_panel.export_format, state.get("export_format"))
-            index = voice.saved.findData(state.get("voice")) if state.get("voice") else -1
-            if index > 0:
-                voice.saved.setCurrentIndex(index)
-                voice.on_pick_saved(index)
+            if state.get("voice"):
+                index = voice.saved.findData(state["voice"])
+                voice_found = index > 0
+                if voice_found:
+                    voice.saved.setCurrentIndex(index)
+                    voice.on_pick_saved(index)
         except (TypeError, ValueError) as exc:  # a hand-edited settings file: keep what was restored
             log.warning("the saved session could not be restored in full: %s", exc)
-        self._timer.stop()  # restoring is not a change
+        return voice_found
+
+
+def take_state(take) -> dict[str, Any]:
+    """What a stored take was made with, as `SessionKeeper.apply` takes it ("regenerate")."""
+    state: dict[str, Any] = {"text": take.text, "mode": take.mode, "random_seed": take.seed is None}
+    settings = take.settings
+    if settings.get("instruct"):
+        state["instruct"] = settings["instruct"]
+    if isinstance(settings.get("speed"), (int, float)):
+        state["speed"] = settings["speed"]
+    if take.seed is not None:
+        state["seed"] = take.seed
+    state["voice"] = settings.get("voice_id") or ""
+    return state
 
 
 def _select(combo, data) -> None:

@@ -168,6 +168,8 @@ class TakeController(QObject):
         stats["gui_first_chunk_latency"] = active.latency
         instruct = request.instruct if request.mode is Mode.INSTRUCT else ""  # other modes ignore it
         settings = {"speed": request.speed, "stream": request.stream, "instruct": instruct}
+        if request.voice_id:
+            settings["voice_id"] = request.voice_id  # "regenerate" picks the same saved voice
         if partial:
             settings["partial"] = True
         outcome = store_or_keep(

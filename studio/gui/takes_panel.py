@@ -1,40 +1,55 @@
-"""The takes list: every finished take (already on disk), with replay, rename, delete and export of one or
-many; a take being denoised shows a pending mark until its denoised copy is ready."""
+"""The takes list as a history: every finished take (already on disk), newest first, filtered by a search
+box, with its full text on hover and in a details pane; replay, rename, delete (Delete key, asks, with an
+undo for the last delete) and export (a file name for one take, a folder for many; a confirmation that
+offers to show the folder). A take being denoised shows a pending mark until its denoised copy is ready."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
     QLabel,
+    QLineEdit,
     QMessageBox,
     QPushButton,
+    QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from studio.atomic_files import DiskError
 from studio.audio.errors import AudioError
+from studio.gui.desktop import show_in_file_manager
+from studio.gui.take_details import TakeDetails, first_audio_latency
 from studio.takes import Take, TakeError, TakeStore
 
 EXPORT_FORMATS = (("wav16", "WAV 16-bit"), ("wav32f", "WAV 32-bit float"), ("flac", "FLAC"))
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
 
+def matches(take: Take, query: str) -> bool:
+    """The search box's rule: every word appears in the take's name, text, voice or mode."""
+    haystack = " ".join((take.name, take.text, take.voice, take.mode)).casefold()
+    return all(word in haystack for word in query.casefold().split())
+
+
 def describe_stats(take: Take) -> tuple[str, str]:
-    """(first-chunk latency, real-time factor) of a take as short texts."""
-    latency = take.stats.get("first_chunk_latency")
+    """(first-audio latency, real-time factor) of a take as short texts: the latency the preview showed."""
+    latency = first_audio_latency(take)
     rtf = take.stats.get("rtf")
     return (
-        f"{latency:.2f} s" if isinstance(latency, (int, float)) else "–",
+        f"{latency * 1000:.0f} ms" if latency is not None else "–",
         f"{rtf:.2f}" if isinstance(rtf, (int, float)) else "–",
     )
 
@@ -54,6 +69,8 @@ class TakesPanel(QWidget):
         self.setObjectName("TakesPanel")
         self.store = store
         self._pending: set[str] = set()
+        self._exported_file: Path | None = None  # the last export, for "Show in folder"
+        self.last_export_folder = str(Path.home())
 
         title = QLabel("Takes")
         title.setObjectName("PanelTitle")
@@ -70,10 +87,20 @@ class TakesPanel(QWidget):
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.sig_play.emit(item.data(0, _ID_ROLE)))
         self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search takes (text, name, voice)…")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(lambda _text: self.refresh())
+        self.details = TakeDetails()
+        self.details.sig_show_file.connect(lambda take: show_in_file_manager(self.store.wav_path(take.id)))
+        QShortcut(QKeySequence.StandardKey.Delete, self.tree, self.delete_selected,
+                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
+        QShortcut(QKeySequence.StandardKey.Undo, self, self.undo_delete,
+                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)  # fmt: skip
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((1, 54), (2, 60), (3, 46), (4, 22)):
+        for column, width in ((1, 54), (2, 62), (3, 46), (4, 30)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
             header.resizeSection(column, width)
 
@@ -83,6 +110,11 @@ class TakesPanel(QWidget):
         self.rename_button.clicked.connect(self.rename_selected)
         self.delete_button = QPushButton("Delete")
         self.delete_button.clicked.connect(lambda: self.delete_selected())  # clicked(bool) is no "confirm"
+        self.delete_button.setToolTip("Delete the selected takes (Delete); Undo brings them back")
+        self.undo_button = QPushButton("Undo delete")
+        self.undo_button.setToolTip("Bring back the takes deleted last (Ctrl+Z in the list)")
+        self.undo_button.clicked.connect(self.undo_delete)
+        self.undo_button.hide()
         self.export_format = QComboBox()
         for key, label in EXPORT_FORMATS:
             self.export_format.addItem(label, key)
@@ -90,18 +122,48 @@ class TakesPanel(QWidget):
         self.export_button.clicked.connect(lambda: self.export_selected())
 
         row1 = QHBoxLayout()
-        for button in (self.play_button, self.rename_button, self.delete_button):
+        for button in (self.play_button, self.rename_button, self.delete_button, self.undo_button):
             row1.addWidget(button)
         row2 = QHBoxLayout()
         row2.addWidget(self.export_format, 1)
         row2.addWidget(self.export_button)
+        list_and_details = QSplitter(Qt.Orientation.Vertical)
+        list_and_details.addWidget(self.tree)
+        list_and_details.addWidget(self.details)
+        list_and_details.setStretchFactor(0, 3)
+        list_and_details.setStretchFactor(1, 2)
+        list_and_details.setChildrenCollapsible(False)
+        self.tree.setMinimumHeight(96)  # three rows at least, at 1280x720 too
         layout = QVBoxLayout(self)
         layout.addWidget(title)
-        layout.addWidget(self.tree, 1)
+        layout.addWidget(self.search)
+        layout.addWidget(list_and_details, 1)
         layout.addLayout(row1)
         layout.addLayout(row2)
+        layout.addWidget(self._build_export_bar())
         layout.addWidget(self.folder_label)
         self.refresh()
+
+    def _build_export_bar(self) -> QFrame:
+        self.export_bar = QFrame()
+        self.export_bar.setObjectName("ExportBar")
+        self.export_note = QLabel()
+        self.export_note.setWordWrap(True)
+        self.show_export_button = QPushButton("Show in folder")
+        self.show_export_button.clicked.connect(
+            lambda: self._exported_file and show_in_file_manager(self._exported_file)
+        )
+        close = QPushButton("✕")
+        close.setToolTip("Hide this note")
+        close.setFixedWidth(28)
+        close.clicked.connect(self.export_bar.hide)
+        row = QHBoxLayout(self.export_bar)
+        row.setContentsMargins(6, 2, 2, 2)
+        row.addWidget(self.export_note, 1)
+        row.addWidget(self.show_export_button)
+        row.addWidget(close)
+        self.export_bar.hide()
+        return self.export_bar
 
     # -- list ----------------------------------------------------------------------------------------
     def set_store(self, store: TakeStore) -> None:
@@ -112,7 +174,9 @@ class TakesPanel(QWidget):
         """Reload the list from disk (newest first), keeping or setting the selection."""
         keep = {select} if select else set(self.selected_ids())
         self.tree.clear()
-        for take in reversed(self.store.list()):
+        query = self.search.text().strip()
+        shown = [take for take in reversed(self.store.list()) if not query or matches(take, query)]
+        for take in shown:
             latency, rtf = describe_stats(take)
             mark = "…" if take.id in self._pending else ("✓" if take.denoised else "")
             item = QTreeWidgetItem([take.name, f"{take.duration_s:.1f} s", latency, rtf, mark])
@@ -128,7 +192,8 @@ class TakesPanel(QWidget):
             )
             self.tree.addTopLevelItem(item)
             item.setSelected(take.id in keep)
-        self.folder_label.setText(f"Saved in {self.store.folder}")
+        hidden = "" if not query else f" · showing {len(shown)} matching “{query}”"
+        self.folder_label.setText(f"Saved in {self.store.folder}{hidden}")
         self._update_buttons()
 
     def selected_ids(self) -> list[str]:
@@ -146,7 +211,12 @@ class TakesPanel(QWidget):
         return set(self._pending)
 
     def _update_buttons(self) -> None:
-        count = len(self.selected_ids())
+        ids = self.selected_ids()
+        count = len(ids)
+        try:
+            self.details.show_take(self.store.get(ids[0]) if count == 1 else None)
+        except TakeError:
+            self.details.show_take(None)
         self.play_button.setEnabled(count == 1)
         self.rename_button.setEnabled(count == 1)
         self.delete_button.setEnabled(count >= 1)
@@ -175,36 +245,88 @@ class TakesPanel(QWidget):
         self.refresh(select=take_id)
 
     def delete_selected(self, confirm: bool = True) -> None:
+        """Delete the selected takes (after asking); `undo_delete` brings the last delete back."""
         ids = self.selected_ids()
         if not ids:
             return
         if confirm:
-            answer = QMessageBox.question(self, "Delete takes", f"Delete {len(ids)} take(s) from disk?")
+            answer = QMessageBox.question(
+                self, "Delete takes", f"Delete {len(ids)} take(s)? Undo delete brings them back."
+            )
             if answer != QMessageBox.StandardButton.Yes:
                 return
-        for take_id in ids:
-            self.store.delete(take_id)
+        try:
+            self.store.discard(ids)
+        except (TakeError, OSError) as exc:
+            QMessageBox.warning(self, "Delete takes", f"Could not delete: {exc}")
+            self.refresh()
+            return
         self.refresh()
-        self.sig_message.emit(f"Deleted {len(ids)} take(s)")
+        self.undo_button.setText(f"Undo delete ({len(ids)})")
+        self.undo_button.show()
+        self.sig_message.emit(f"Deleted {len(ids)} take(s) — Undo delete (Ctrl+Z) brings them back")
 
-    def export_selected(self, folder: str | Path | None = None) -> list[Path]:
-        """Export the selected takes in the chosen format (asks for a folder unless given)."""
+    def undo_delete(self) -> list[str]:
+        try:
+            restored = self.store.restore_discarded()
+        except (TakeError, OSError) as exc:
+            QMessageBox.warning(self, "Undo delete", f"Could not bring the takes back: {exc}")
+            return []
+        self.undo_button.hide()
+        self.refresh()
+        for item in (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())):
+            item.setSelected(item.data(0, _ID_ROLE) in restored)
+        if restored:
+            self.sig_message.emit(f"Brought back {len(restored)} take(s)")
+        return restored
+
+    def export_selected(self, folder: str | Path | None = None, path: str | Path | None = None) -> list[Path]:
+        """Export the selected takes in the chosen format: one take to a file the user names, several
+        into a folder (``folder``/``path`` skip the dialogs); a confirmation offers to show the folder."""
         ids = self.selected_ids()
         if not ids:
             return []
-        if folder is None:
-            folder = QFileDialog.getExistingDirectory(self, "Export takes to", str(Path.home()))
-            if not folder:
+        fmt = self.export_format.currentData()
+        if folder is None and path is None:
+            if len(ids) == 1:
+                path = self._ask_file_name(ids[0], fmt)
+            else:
+                folder = QFileDialog.getExistingDirectory(self, "Export takes to", self.last_export_folder)
+            if not (folder or path):
                 return []
         try:
-            results = self.store.export(ids, folder, fmt=self.export_format.currentData())
+            if path is not None:
+                results = [self.store.export_as(ids[0], path, fmt=fmt)]
+            else:
+                results = self.store.export(ids, folder, fmt=fmt)
+        except DiskError as exc:
+            QMessageBox.warning(self, "Export", exc.explain("nothing was exported"))
+            return []
         except (AudioError, TakeError, OSError) as exc:
             QMessageBox.warning(self, "Export", f"Export failed: {exc}")
             return []
         written = [result.path for result in results]
         warnings = [w for result in results for w in result.warnings]
+        self.last_export_folder = str(written[0].parent)
         self.sig_exported.emit(written)
-        self.sig_message.emit(
-            f"Exported {len(written)} file(s) to {folder}" + (f" — {warnings[0]}" if warnings else "")
-        )
+        where = written[0] if len(written) == 1 else written[0].parent
+        text = f"Exported {len(written)} file(s) to {where}" + (f" — {warnings[0]}" if warnings else "")
+        self.sig_message.emit(text)
+        self._confirm_export(text, written[0])
         return written
+
+    def _ask_file_name(self, take_id: str, fmt: str) -> str:
+        from studio.audio.export import ExportFormat, safe_filename
+
+        suffix = ExportFormat.parse(fmt).suffix
+        suggested = Path(self.last_export_folder) / safe_filename(self.store.get(take_id).name, suffix)
+        chosen, _ = QFileDialog.getSaveFileName(
+            self, "Export take as", str(suggested), f"{self.export_format.currentText()} (*{suffix})"
+        )
+        return chosen
+
+    def _confirm_export(self, text: str, first: Path) -> None:
+        """The confirmation bar under the list (it takes no focus, so work goes on)."""
+        self._exported_file = first
+        self.export_note.setText(text)
+        self.export_bar.show()

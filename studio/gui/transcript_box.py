@@ -76,7 +76,9 @@ class TranscriptBox(QWidget):
         self.edit.setText(text)
         self.automatic = True
         self.status.setText(f"automatic · {language_name.title()}")
-        self.status.setToolTip("Check that it matches the recording word for word: zero-shot cloning needs it")
+        self.status.setToolTip(
+            "Check that it matches the recording word for word: zero-shot cloning needs it"
+        )
         self.cross_lingual_button.show()
 
     def set_unavailable(self, reason: str) -> None:

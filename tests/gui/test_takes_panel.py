@@ -21,7 +21,7 @@ def test_list_rename_delete_and_export_many(qtbot, tmp_path):
     qtbot.addWidget(panel)
     items = [panel.tree.topLevelItem(i) for i in range(panel.tree.topLevelItemCount())]
     assert [item.text(0) for item in items] == ["second take", "first take"]
-    assert (items[1].text(2), items[1].text(3)) == ("0.25 s", "0.40")
+    assert (items[1].text(2), items[1].text(3)) == ("250 ms", "0.40")
 
     panel.rename(first.id, "Best")
     assert store.get(first.id).name == "Best"

@@ -96,3 +96,35 @@ def test_export_many_in_each_format_never_overwrites(tmp_path):
         paths = [r.path for r in results]
         assert len(set(paths)) == 2 and all(p.exists() for p in paths)
         assert {sf.info(p).subtype for p in paths} == {subtype}
+
+
+def test_a_discard_can_be_undone_once_and_the_next_discard_removes_it_for_good(tmp_path):
+    store = TakeStore(tmp_path / "takes")
+    first, second, third = (store.add(tone(0.1 * n), 24000, text=f"take {n}") for n in (1, 2, 3))
+    store.save_denoised(first.id, tone(0.1))
+    wav_bytes = store.wav_path(first.id).read_bytes()
+    assert store.discard([first.id, second.id]) == [first.id, second.id]
+    assert [t.id for t in store.list()] == [third.id]
+    assert not store.wav_path(first.id).exists() and not store.denoised_path(first.id).exists()
+    assert sorted(store.restore_discarded()) == sorted([first.id, second.id])
+    assert [t.id for t in store.list()] == [first.id, second.id, third.id]
+    assert store.wav_path(first.id).read_bytes() == wav_bytes and store.get(first.id).denoised
+    assert store.restore_discarded() == []  # nothing left to undo
+    store.discard([first.id])
+    store.discard([second.id])  # the first discard is now gone for good
+    assert store.restore_discarded() == [second.id]
+    assert [t.id for t in store.list()] == [second.id, third.id] and not any(store.trash.iterdir())
+    with pytest.raises(TakeError):
+        store.discard([third.id, "no-such-take"])  # nothing moves when one id is unknown
+    assert [t.id for t in store.list()] == [second.id, third.id]
+
+
+def test_export_as_writes_the_file_the_user_named(tmp_path):
+    store = TakeStore(tmp_path / "takes")
+    take = store.add(tone(), 24000, text="named export")
+    target = tmp_path / "out" / "My chosen name.flac"
+    target.parent.mkdir()
+    target.write_bytes(b"old")  # the save dialog already asked about replacing it
+    result = store.export_as(take.id, target, fmt="flac")
+    assert result.path == target and sf.info(target).format == "FLAC"
+    np.testing.assert_allclose(sf.read(target, dtype="float32")[0], tone(), atol=1e-4)

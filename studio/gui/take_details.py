@@ -1,0 +1,111 @@
+"""The details of the take selected in the list: its full text and everything it was made with (voice,
+mode, instruction, seed, speed, backend, first-audio latency, RTF, date), and what to do with it:
+regenerate with these settings, use its text, show its file."""
+
+from __future__ import annotations
+
+import html
+import time
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from studio.request import Mode, RequestError
+from studio.takes import Take
+
+
+def first_audio_latency(take: Take) -> float | None:
+    """What the user waited for the first sound: the GUI's measure (click to first chunk), else the engine's."""
+    for key in ("gui_first_chunk_latency", "first_chunk_latency"):
+        value = take.stats.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def _mode_label(value: str) -> str:
+    try:
+        return Mode.parse(value).label
+    except RequestError:
+        return value or "–"
+
+
+def describe_take(take: Take) -> list[tuple[str, str]]:
+    """(label, value) rows of what a take was made with, in the order the pane shows them."""
+    stats, settings = take.stats, take.settings
+    rows = [("Voice", take.voice or "an unsaved recording"), ("Mode", _mode_label(take.mode))]
+    if settings.get("instruct"):
+        rows.append(("Instruction", str(settings["instruct"])))
+    rows.append(("Seed", "–" if take.seed is None else str(take.seed)))
+    if isinstance(settings.get("speed"), (int, float)):
+        rows.append(("Speed", f"{settings['speed']:.2f}×"))
+    if stats.get("backend"):
+        rows.append(("Backend", str(stats["backend"])))
+    latency = first_audio_latency(take)
+    if latency is not None:
+        engine = stats.get("first_chunk_latency")
+        inside = f" (engine {engine * 1000:.0f} ms)" if isinstance(engine, (int, float)) else ""
+        rows.append(("First audio", f"{latency * 1000:.0f} ms{inside}"))
+    if isinstance(stats.get("rtf"), (int, float)):
+        rows.append(("RTF", f"{stats['rtf']:.2f}"))
+    rows.append(("Length", f"{take.duration_s:.1f} s"))
+    rows.append(("Made", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(take.created))))
+    if stats.get("failed"):
+        rows.append(("Partial", f"broken off: {stats['failed']}"))
+    elif stats.get("cancelled"):
+        rows.append(("Stopped", "the take was stopped before its end"))
+    return rows
+
+
+class TakeDetails(QWidget):
+    """Shows one take (``show_take``); its buttons act on that take."""
+
+    sig_regenerate = Signal(object)
+    """Make a new take with this Take's text, voice and settings."""
+    sig_use_text = Signal(object)
+    """Put this Take's text in the text box."""
+    sig_show_file = Signal(object)
+    """Show this Take's file in the file manager."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("TakeDetails")
+        self.take: Take | None = None
+        self.summary = QLabel("Select a take to see how it was made.")
+        self.summary.setObjectName("Hint")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.setToolTip(
+            "A new take with this take's text, voice, mode, instruction, speed and seed"
+        )
+        self.regenerate_button.clicked.connect(lambda: self.take and self.sig_regenerate.emit(self.take))
+        self.use_text_button = QPushButton("Use this text")
+        self.use_text_button.setToolTip("Put this take's text in the text box")
+        self.use_text_button.clicked.connect(lambda: self.take and self.sig_use_text.emit(self.take))
+        self.show_file_button = QPushButton("Show file")
+        self.show_file_button.setToolTip("Open the folder that holds this take's WAV")
+        self.show_file_button.clicked.connect(lambda: self.take and self.sig_show_file.emit(self.take))
+        buttons = QHBoxLayout()
+        for button in (self.regenerate_button, self.use_text_button, self.show_file_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.summary, 1)
+        layout.addLayout(buttons)
+        self.show_take(None)
+
+    def show_take(self, take: Take | None) -> None:
+        self.take = take
+        for button in (self.regenerate_button, self.use_text_button, self.show_file_button):
+            button.setEnabled(take is not None)
+        if take is None:
+            self.summary.setText("Select a take to see how it was made.")
+            return
+        rows = "".join(
+            f"<tr><td style='color:#90a4ae;padding-right:8px'>{html.escape(label)}</td>"
+            f"<td>{html.escape(value)}</td></tr>"
+            for label, value in describe_take(take)
+        )
+        self.summary.setText(f"<p>{html.escape(take.text) or '<i>no text</i>'}</p><table>{rows}</table>")
