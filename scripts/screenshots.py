@@ -1,5 +1,6 @@
 """Drive the studio for screenshots (run through scripts/screenshots, under Xvfb): first-run panel, engine
-loading, a voice imported and cleaned, a take streaming, the take finished, and the settings dialog."""
+loading, a voice imported and cleaned, a take streaming, the take finished, two takes, a take's details,
+playback paused mid-take, and the settings dialog."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def main() -> int:
         type=Path,
         help="NVML samples recorded on a GPU machine (JSON) to show in an extra GPU-panel shot",
     )
+    parser.add_argument("--size", default="1440x870", help="window size WIDTHxHEIGHT (the screen's, too)")
     args = parser.parse_args()
+    width, height = (int(n) for n in args.size.lower().split("x"))
     out = args.out or args.repo / "shots"
     out.mkdir(parents=True, exist_ok=True)
     model = args.model or args.repo / ".cache" / "test-models" / "screenshots-tiny"
@@ -65,7 +68,7 @@ def main() -> int:
     window = create_window(Settings(backend=args.backend))
     window.show()
     window.move(0, 0)
-    window.resize(1440, 870)
+    window.resize(width, height)
     shot("01-first-run")
 
     window.first_run.use_folder(str(model))  # what "Choose a model folder" does
@@ -106,16 +109,27 @@ def main() -> int:
     window.takes_panel.tree.selectAll()
     shot("06-two-takes")
 
+    newest = window.takes_panel.tree.topLevelItem(0).data(0, 256)
+    window.takes_panel.refresh(select=newest)
+    shot("07-take-details")
+    window.play_take(newest)
+    transport = window.playback.transport
+    if transport.state == "playing":
+        transport.pause()
+        transport.seek(0.4 * (transport.clip.duration if transport.clip else 0.0))
+    shot("08-paused-mid-take")
+    transport.stop()
+
     from studio.gui.settings_dialog import SettingsDialog
 
     dialog = SettingsDialog(window.settings, window)
     dialog.show()
-    dialog.move(480, 120)
-    shot("07-settings")
+    dialog.move(max(0, width // 2 - 300), 80)
+    shot("09-settings")
     dialog.close()
     window.close()
     if args.gpu_replay:
-        gpu_replay_shot(args.gpu_replay, out / "08-gpu-panel-replay.png", pump)
+        gpu_replay_shot(args.gpu_replay, out / "10-gpu-panel-replay.png", pump)
     return 0
 
 
@@ -169,4 +183,13 @@ def gpu_replay_shot(samples_file: Path, path: Path, pump) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - a failed run must not hang on the engine's threads
+        import os
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.exit(code)

@@ -25,6 +25,7 @@ class VllmOption:
     ui_range: tuple[float, float] | None = None  # spin-box range where narrower than the valid one
     ui_step: float | None = None
     metavar: str = "N"
+    gpu_only: bool = False  # means nothing without a CUDA GPU (the settings dialog hides it there)
 
     @property
     def flag(self) -> str:
@@ -57,6 +58,7 @@ VLLM_OPTIONS: tuple[VllmOption, ...] = (
         ui_range=(0.05, 1.0),
         ui_step=0.05,
         metavar="F",
+        gpu_only=True,
     ),
     VllmOption(
         "max_num_seqs",
@@ -92,6 +94,7 @@ VLLM_OPTIONS: tuple[VllmOption, ...] = (
         False,
         "Eager mode (no CUDA graphs: starts faster, runs slower)",
         "no CUDA graphs / compilation (starts faster, runs slower)",
+        gpu_only=True,
     ),
 )
 VLLM_OPTION_NAMES = tuple(option.name for option in VLLM_OPTIONS)

@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds to wait for a hub to answer before giving up on it",
     )
     parser.add_argument("--set-default", action="store_true", help="make it the studio's model folder")
+    parser.add_argument("--from-studio", action="store_true", help=argparse.SUPPRESS)  # advice for the GUI
     parser.set_defaults(func=run)
 
 
@@ -88,6 +89,7 @@ def from_modelscope(target: Path, timeout: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target = Path(args.to).expanduser() if args.to else default_target()
+    created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -112,10 +114,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"use it with: cosyvoice-studio synth --model {target} ...  (or --set-default)")
         return 0
+    if created and not any(target.iterdir()):
+        target.rmdir()  # no empty folder that looks like a model left behind
     print("error: the model could not be downloaded:\n  " + "\n  ".join(problems), file=sys.stderr)
+    use = "choose it with “Choose a model folder…”" if args.from_studio else "pass it with --model"
     print(
-        "fix: check the network or proxy (HTTPS_PROXY), or copy a CosyVoice2-0.5B folder here by hand "
-        "and pass it with --model",
+        "fix: check the network or proxy (HTTPS_PROXY), or copy a CosyVoice2-0.5B folder onto this "
+        f"computer by hand and {use}",
         file=sys.stderr,
     )
     return 1

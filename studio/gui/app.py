@@ -73,6 +73,7 @@ def create_window(settings=None, bridge=None):
     app.setOrganizationName("cosyvoice-studio")
     app.setDesktopFileName("cosyvoice-studio")
     app.setWindowIcon(app_icon())
+    app.setStyle("Fusion")  # the same metrics everywhere (and in the tests) under the style sheet
     app.setStyleSheet(load_style())
     return MainWindow(settings if settings is not None else load_settings(), bridge=bridge)
 
@@ -85,7 +86,6 @@ def run_studio(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
-    app.setStyle("Fusion")
     try:
         from studio.gui.diagnostics import setup_gui_logging
         from studio.settings import data_dir

@@ -118,7 +118,7 @@ class FirstRunPanel(QWidget):
 
     def download(self) -> None:
         target = self.models_dir / "CosyVoice2-0.5B"
-        self._run(["download", "--to", str(target)], target, "Downloading CosyVoice2-0.5B…")
+        self._run(["download", "--from-studio", "--to", str(target)], target, "Downloading CosyVoice2-0.5B…")
 
     def build_demo(self) -> None:
         target = self.models_dir / "tiny-demo"

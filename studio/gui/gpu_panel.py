@@ -89,7 +89,7 @@ class GpuPanel(QWidget):
         plot.setLabel("bottom", "seconds ago")
         plot.setXRange(-WINDOW_SECONDS, 0, padding=0)
         plot.showGrid(x=True, y=True, alpha=0.15)
-        plot.setMinimumHeight(110)
+        plot.setMinimumHeight(70)  # the window fits 1280x720 (it grows with the panel)
         return plot
 
     # -- control -------------------------------------------------------------------------------------

@@ -119,7 +119,9 @@ class MainWindow(QMainWindow):
         voice_scroll.setWidget(self.voice_panel)
         voice_scroll.setWidgetResizable(True)
         voice_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        voice_scroll.setMinimumWidth(330)
+        voice_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # D9: it fits
+        bar = voice_scroll.verticalScrollBar().sizeHint().width()
+        voice_scroll.setMinimumWidth(max(330, self.voice_panel.minimumSizeHint().width() + bar + 4))
         center = QSplitter(Qt.Orientation.Vertical)
         center.addWidget(self.text_panel)
         center.addWidget(self.preview)
@@ -129,7 +131,8 @@ class MainWindow(QMainWindow):
         right.addWidget(self.takes_panel)
         right.addWidget(self.gpu_panel)
         right.setStretchFactor(0, 3)
-        right.setStretchFactor(1, 2)
+        right.setStretchFactor(1, 1)
+        right.setSizes([650, 350])  # proportions: the takes and their details get most of the height
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(voice_scroll)
         splitter.addWidget(center)

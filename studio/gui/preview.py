@@ -27,6 +27,8 @@ class PreviewPanel(QWidget):
         self.waveform = WaveformView(color="#4fc3f7", height=150, autoscale=True)
         self.stats = QLabel("Generate a take to hear it here.")
         self.stats.setObjectName("Stats")
+        self.stats.setWordWrap(True)  # a long take name wraps instead of widening the window
+        self.stats.setMinimumWidth(120)
         self.play_button = QPushButton("▶ Play")
         self.play_button.setToolTip("Play or pause the take shown here (Space)")
         self.play_button.setEnabled(False)
@@ -92,7 +94,7 @@ class PreviewPanel(QWidget):
 
     def set_transport_state(self, state: str) -> None:
         """ "playing", "paused" or "stopped": the buttons follow."""
-        self.play_button.setText("⏸ Pause" if state == "playing" else "▶ Play")
+        self.play_button.setText("❚❚ Pause" if state == "playing" else "▶ Play")
         if state != "stopped":
             self.play_button.setEnabled(True)
         self.stop_playback_button.setEnabled(state != "stopped")

@@ -1,5 +1,7 @@
 """The settings dialog: engine knobs (backend, precision, vLLM options), model and output folders, and
-audio devices. It edits a copy of Settings; the window saves it and applies what changed."""
+audio devices. It edits a copy of Settings; the window saves it and applies what changed. vLLM's options
+show only with the vLLM backend, and the GPU-only ones (fp16, memory share, CUDA graphs) only where NVML
+finds an NVIDIA GPU; a hidden option keeps its value."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QSpinBox,
@@ -76,6 +79,16 @@ def _option_value(option: VllmOption, widget: QWidget):
     return round(widget.value(), 3) if option.kind is float else widget.value()
 
 
+def find_gpus() -> tuple[list[str], str]:
+    """(names of the NVIDIA GPUs NVML sees, why none when empty)."""
+    from studio.gpu.nvml import NvmlUnavailable, query_gpus
+
+    try:
+        return [gpu.name for gpu in query_gpus()], ""
+    except NvmlUnavailable as exc:
+        return [], str(exc)
+
+
 def _device_combo(devices, current: str) -> QComboBox:
     combo = QComboBox()
     combo.addItem("System default", "")
@@ -89,8 +102,11 @@ def _device_combo(devices, current: str) -> QComboBox:
 class SettingsDialog(QDialog):
     """Edit settings; ``result_settings()`` after ``accept`` gives the new values."""
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None):
+    def __init__(
+        self, settings: Settings, parent: QWidget | None = None, gpus: tuple[list[str], str] | None = None
+    ):
         super().__init__(parent)
+        self.gpu_names, why_no_gpu = gpus if gpus is not None else find_gpus()
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
         self._original = settings
@@ -111,12 +127,25 @@ class SettingsDialog(QDialog):
         self.fp16.setChecked(settings.fp16)
         engine = QGroupBox("Engine")
         form = QFormLayout(engine)
+        self._engine_form = form
         form.addRow("Backend", self.backend)
+        self.gpu_note = QLabel(
+            f"GPU: {', '.join(self.gpu_names)}"
+            if self.gpu_names
+            else f"No NVIDIA GPU found ({why_no_gpu or 'NVML saw none'}): the engine runs on the CPU, "
+            "so the GPU options (fp16, vLLM memory share, CUDA graphs) are hidden."
+        )
+        self.gpu_note.setObjectName("Hint")
+        self.gpu_note.setWordWrap(True)
+        form.addRow("", self.gpu_note)
         form.addRow("", self.fp16)
+        form.setRowVisible(self.fp16, bool(self.gpu_names))
         for option in VLLM_OPTIONS:  # one editor per option, kept as an attribute of the same name
             widget = _option_widget(option, getattr(settings, option.name))
             setattr(self, option.name, widget)
             form.addRow("" if option.kind is bool else option.label, widget)
+        self.backend.currentIndexChanged.connect(self._show_engine_rows)
+        self._show_engine_rows()
 
         self.asr_model = QComboBox()
         self.asr_model.setEditable(True)
@@ -146,6 +175,16 @@ class SettingsDialog(QDialog):
         for group in (folders, engine, transcripts, audio):
             layout.addWidget(group)
         layout.addWidget(buttons)
+
+    def _show_engine_rows(self) -> None:
+        vllm = self.backend.currentData() == "vllm"
+        for option in VLLM_OPTIONS:
+            shown = vllm and (self.gpu_names or not option.gpu_only)
+            self._engine_form.setRowVisible(getattr(self, option.name), bool(shown))
+
+    def option_shown(self, name: str) -> bool:
+        """Whether the editor of this setting is shown (tests, and what a user sees)."""
+        return not getattr(self, name).isHidden()
 
     def result_settings(self) -> Settings:
         """The edited settings (validated by Settings itself)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import html
 import time
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
 from studio.request import Mode, RequestError
 from studio.takes import Take
@@ -71,11 +71,10 @@ class TakeDetails(QWidget):
         super().__init__(parent)
         self.setObjectName("TakeDetails")
         self.take: Take | None = None
-        self.summary = QLabel("Select a take to see how it was made.")
-        self.summary.setObjectName("Hint")
-        self.summary.setWordWrap(True)
-        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.summary = QTextBrowser()  # scrolls when the pane is short (1280x720)
+        self.summary.setObjectName("TakeSummary")
+        self.summary.setFrameShape(QFrame.Shape.NoFrame)
+        self.summary.setOpenLinks(False)
         self.regenerate_button = QPushButton("Regenerate")
         self.regenerate_button.setToolTip(
             "A new take with this take's text, voice, mode, instruction, speed and seed"
@@ -101,11 +100,11 @@ class TakeDetails(QWidget):
         for button in (self.regenerate_button, self.use_text_button, self.show_file_button):
             button.setEnabled(take is not None)
         if take is None:
-            self.summary.setText("Select a take to see how it was made.")
+            self.summary.setHtml("<p style='color:#8b9bab'>Select a take to see how it was made.</p>")
             return
         rows = "".join(
             f"<tr><td style='color:#90a4ae;padding-right:8px'>{html.escape(label)}</td>"
             f"<td>{html.escape(value)}</td></tr>"
             for label, value in describe_take(take)
         )
-        self.summary.setText(f"<p>{html.escape(take.text) or '<i>no text</i>'}</p><table>{rows}</table>")
+        self.summary.setHtml(f"<p>{html.escape(take.text) or '<i>no text</i>'}</p><table>{rows}</table>")

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from studio.atomic_files import DiskError
 from studio.audio.errors import AudioError
 from studio.gui.desktop import show_in_file_manager
+from studio.gui.elided_label import ElidedLabel
 from studio.gui.take_details import TakeDetails, first_audio_latency
 from studio.takes import Take, TakeError, TakeStore
 
@@ -74,7 +75,7 @@ class TakesPanel(QWidget):
 
         title = QLabel("Takes")
         title.setObjectName("PanelTitle")
-        self.folder_label = QLabel()
+        self.folder_label = ElidedLabel()  # a long path never widens the panel
         self.folder_label.setObjectName("Hint")
         self.tree = QTreeWidget()
         self.tree.setObjectName("TakesList")
@@ -133,6 +134,7 @@ class TakesPanel(QWidget):
         list_and_details.setStretchFactor(0, 3)
         list_and_details.setStretchFactor(1, 2)
         list_and_details.setChildrenCollapsible(False)
+        list_and_details.setSizes([500, 420])  # proportions: the details are read, not glanced at
         self.tree.setMinimumHeight(96)  # three rows at least, at 1280x720 too
         layout = QVBoxLayout(self)
         layout.addWidget(title)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.gui.flow_layout import FlowLayout
 from studio.request import Mode
 
 #: Single-token fine-grained control tags of CosyVoice2 (inserted at the cursor).
@@ -111,25 +112,27 @@ class TextPanel(QWidget):
             lambda: self.length.setText(describe_length(self.editor.toPlainText()))
         )
 
-        tags = QGridLayout()
-        tags.setSpacing(4)
-        for i, tag in enumerate(EVENT_TAGS):
+        self.tags = QWidget()  # the tag buttons wrap to the panel's width
+        tags = FlowLayout(self.tags)
+        for tag in EVENT_TAGS:
             button = QPushButton(tag.strip("[]"))
             button.setObjectName("TagButton")
             button.setToolTip(f"Insert {tag} at the cursor")
             button.clicked.connect(lambda _checked=False, t=tag: self.insert_tag(t))
-            tags.addWidget(button, i // 7, i % 7)
-        for j, (opening, closing) in enumerate(SPAN_TAGS):
+            tags.addWidget(button)
+        for opening, closing in SPAN_TAGS:
             button = QPushButton(f"{opening}…{closing}")
             button.setObjectName("TagButton")
             button.setToolTip(f"Wrap the selection in {opening}{closing}")
             button.clicked.connect(lambda _checked=False, o=opening, c=closing: self.wrap_selection(o, c))
-            tags.addWidget(button, 1, 5 + j)
+            tags.addWidget(button)
 
         self.mode = QComboBox()
         for mode in Mode:
             self.mode.addItem(mode.label, mode.value)
         self.mode.currentIndexChanged.connect(self._update_mode)
+        self.mode.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mode.setMinimumContentsLength(12)  # may shrink below its longest label on a small screen
         self.instruct = QLineEdit()
         self.instruct.setPlaceholderText("e.g. speak slowly and warmly, like telling a bedtime story")
         self.instruct_label = QLabel("Instruction")
@@ -152,15 +155,16 @@ class TextPanel(QWidget):
         options.addWidget(self.mode, 0, 1)
         options.addWidget(QLabel("Speed"), 0, 2)
         options.addWidget(self.speed, 0, 3)
-        options.addWidget(QLabel("Seed"), 0, 4)
-        seed_row = QHBoxLayout()
+        options.addWidget(QLabel("Seed"), 1, 0)
+        seed_row = QHBoxLayout()  # a row of its own: the panel fits beside the others at 1280 pixels
         seed_row.addWidget(self.random_seed)
         seed_row.addWidget(self.seed, 1)
-        options.addLayout(seed_row, 0, 5)
-        options.addWidget(self.instruct_label, 1, 0)
-        options.addWidget(self.instruct, 1, 1, 1, 5)
+        options.addLayout(seed_row, 1, 1)
         options.setColumnStretch(1, 2)
-        options.setColumnStretch(5, 1)
+        options.setColumnStretch(3, 1)
+        instruct_row = QHBoxLayout()  # its own row: showing it never widens the columns above
+        instruct_row.addWidget(self.instruct_label)
+        instruct_row.addWidget(self.instruct, 1)
 
         self.generate_button = QPushButton("Generate")
         self.generate_button.setObjectName("PrimaryButton")
@@ -182,8 +186,9 @@ class TextPanel(QWidget):
         layout.addWidget(title)
         layout.addWidget(self.editor, 1)
         layout.addWidget(self.length)
-        layout.addLayout(tags)
+        layout.addWidget(self.tags)
         layout.addLayout(options)
+        layout.addLayout(instruct_row)
         layout.addLayout(actions)
 
         for keys in ("Ctrl+Return", "Ctrl+Enter"):

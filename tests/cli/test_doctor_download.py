@@ -130,6 +130,16 @@ def test_download_fails_fast_with_a_clear_message(tmp_path, capsys):
     assert rc == 1
     assert elapsed < 20
     assert "could not be downloaded" in err and "huggingface_hub" in err and "fix:" in err
+    assert "--model" in err and not (tmp_path / "cv2").exists()  # no empty "model" folder left behind
+
+
+def test_a_download_from_the_studio_advises_the_studio_and_keeps_a_folder_that_was_there(tmp_path, capsys):
+    existing = tmp_path / "models" / "CosyVoice2-0.5B"
+    existing.mkdir(parents=True)
+    rc = main(["download", "--from-studio", "--to", str(existing), "--timeout", "3"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Choose a model folder" in err and "--model" not in err
+    assert existing.is_dir()  # the user's folder is not ours to remove
 
 
 def test_help_lists_the_commands(capsys):

@@ -35,3 +35,25 @@ def test_dialog_edits_are_persisted_and_applied(qtbot, tmp_path, monkeypatch):
     assert restarts == []  # no model yet: nothing to restart
     assert not engine_changed(saved, dialog.result_settings())
     window.shutdown()
+
+
+def test_without_a_gpu_the_gpu_options_are_hidden_and_keep_their_values(qtbot):
+    settings = Settings(backend="vllm", fp16=True, gpu_memory_utilization=0.35)
+    dialog = SettingsDialog(settings, gpus=([], "the NVIDIA driver reports no GPU"))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert "No NVIDIA GPU found" in dialog.gpu_note.text() and "reports no GPU" in dialog.gpu_note.text()
+    assert not dialog.option_shown("fp16") and not dialog.option_shown("gpu_memory_utilization")
+    assert not dialog.option_shown("enforce_eager") and dialog.option_shown("max_num_seqs")
+    dialog.backend.setCurrentIndex(dialog.backend.findData("pytorch"))
+    assert not dialog.option_shown("max_num_seqs")  # vLLM's knobs only with the vLLM backend
+    kept = dialog.result_settings()
+    assert kept.fp16 and kept.gpu_memory_utilization == 0.35  # hidden, not reset
+
+
+def test_with_a_gpu_its_name_and_options_are_shown(qtbot):
+    dialog = SettingsDialog(Settings(backend="vllm"), gpus=(["NVIDIA GeForce RTX 5090"], ""))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert "RTX 5090" in dialog.gpu_note.text()
+    assert dialog.option_shown("fp16") and dialog.option_shown("gpu_memory_utilization")

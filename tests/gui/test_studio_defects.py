@@ -167,3 +167,46 @@ def test_the_first_run_buttons_are_not_cut_at_1280x720(qtbot, monkeypatch):
     ):
         assert button.width() >= button.sizeHint().width(), button.text()
     window.shutdown()
+
+
+def test_the_studio_fits_1280x720_and_instruct_mode_does_not_widen_the_text_panel(window, qtbot):
+    window.resize(1280, 720)
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.minimumSizeHint().width() <= 1280 and window.width() <= 1280
+    assert window.minimumSizeHint().height() <= 690  # 720 less a title bar
+    text = window.text_panel
+    before = text.minimumSizeHint().width()
+    text.mode.setCurrentIndex(text.mode.findData("instruct"))
+    text.instruct.setText("Speak slowly and warmly, like a bedtime story told by the fire")
+    qtbot.wait(50)
+    assert text.minimumSizeHint().width() == before and window.width() <= 1280
+    window.preview.show_take("Welcome to the studio where a take has a very long name indeed " * 2, 5.7, True)
+    qtbot.wait(50)
+    assert window.minimumSizeHint().width() <= 1280 and window.width() <= 1280
+    rows = window.takes_panel.tree
+    assert rows.height() >= 3 * rows.fontMetrics().height()  # several rows, not one
+
+
+def test_a_recording_gives_the_voice_panel_no_horizontal_scrollbar(window, qtbot):
+    window.resize(1280, 720)
+    window.show()
+    panel = window.voice_panel
+    panel.set_recording(0.4 * synthetic_voice(16000, 4.0), 16000, origin="a voice")
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=30000)
+    qtbot.wait(50)
+    scroll = panel.parentWidget().parentWidget()  # the voice column's scroll area
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert panel.width() >= panel.minimumSizeHint().width()
+
+
+def test_spin_box_arrows_are_visible_against_their_button(window, qtbot):
+    window.show()
+    speed = window.text_panel.speed
+    qtbot.waitExposed(speed)
+    image = speed.grab().toImage()
+    width, height = image.width(), image.height()
+    button = [
+        image.pixelColor(x, y).lightness() for x in range(width - 18, width - 2) for y in range(2, height - 2)
+    ]
+    assert max(button) - min(button) > 120, "the arrows do not stand out from their buttons"

@@ -48,7 +48,7 @@ def test_pause_keeps_the_place_and_resume_goes_on(window, qtbot):
     take = _stored_take(window)
     _play_or_skip(window, take.id)
     transport = window.playback.transport
-    assert transport.state == "playing" and window.preview.play_button.text() == "⏸ Pause"
+    assert transport.state == "playing" and window.preview.play_button.text() == "❚❚ Pause"
     window.preview.play_button.click()  # pause
     assert transport.state == "paused" and window.player.is_paused
     assert window.preview.play_button.text() == "▶ Play" and window.preview.stop_playback_button.isEnabled()
