@@ -302,6 +302,8 @@ class VoicePanel(QWidget):
         self._bump("original", "cleaned")
         self.before.set_audio(audio, sample_rate)
         self.after.clear_audio()
+        if origin != "recording":  # D1: an import never shows the last recording's timer
+            self.timer_label.setText(f"0.0 / {self.recorder.max_seconds:.0f} s")
         self.quality.setText("")
         self.transcript_box.new_recording(transcribing=self.auto_transcribe)
         self._fresh_recording = True

@@ -210,3 +210,18 @@ def test_spin_box_arrows_are_visible_against_their_button(window, qtbot):
         image.pixelColor(x, y).lightness() for x in range(width - 18, width - 2) for y in range(2, height - 2)
     ]
     assert max(button) - min(button) > 120, "the arrows do not stand out from their buttons"
+
+
+def test_an_import_after_a_recording_resets_the_recording_timer(window, qtbot, tmp_path):
+    import soundfile as sf
+
+    panel = window.voice_panel
+    panel.on_elapsed(11.5)  # a recording ran for 11.5 s
+    panel.on_recorded(0.4 * synthetic_voice(16000, 3.0), 16000)
+    assert panel.timer_label.text().startswith("11.5")
+    wav = tmp_path / "other.wav"
+    sf.write(wav, 0.4 * synthetic_voice(22050, 4.0), 22050)
+    panel.import_file(str(wav))
+    qtbot.waitUntil(lambda: panel.before.duration == pytest.approx(4.0, abs=0.01), timeout=10000)
+    assert panel.timer_label.text().startswith("0.0 /")
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=30000)
