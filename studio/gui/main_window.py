@@ -276,9 +276,10 @@ class MainWindow(QMainWindow):
     def on_take_finished(self, stats, take) -> None:
         self.text_panel.set_busy(False)
         self.gpu_panel.mark_take_finished()
-        if stats is not None:
+        if stats is not None:  # the latency the user waited (as streamed, as listed), not the engine's part
+            waited = take.stats.get("gui_first_chunk_latency") if take is not None else None
             self.preview.finish_take(
-                stats.first_chunk_latency if stats.chunks else None,
+                (waited or stats.first_chunk_latency) if stats.chunks else None,
                 stats.rtf,
                 stats.audio_seconds,
                 stats.cancelled,

@@ -76,7 +76,7 @@ class PreviewPanel(QWidget):
     def add_chunk(self, samples: np.ndarray, sample_rate: int, latency_s: float) -> None:
         self.waveform.append(samples, sample_rate)
         self.stats.setText(
-            f"First chunk after {latency_s * 1000:.0f} ms · {self.waveform.duration:.1f} s so far"
+            f"First audio after {latency_s * 1000:.0f} ms · {self.waveform.duration:.1f} s so far"
         )
 
     def finish_take(
@@ -84,7 +84,7 @@ class PreviewPanel(QWidget):
     ) -> None:
         parts = []
         if latency_s is not None:
-            parts.append(f"first chunk {latency_s * 1000:.0f} ms")
+            parts.append(f"first audio {latency_s * 1000:.0f} ms")
         if rtf is not None:
             parts.append(f"RTF {rtf:.2f}")
         parts.append(f"{seconds:.1f} s of audio")

@@ -225,3 +225,16 @@ def test_an_import_after_a_recording_resets_the_recording_timer(window, qtbot, t
     qtbot.waitUntil(lambda: panel.before.duration == pytest.approx(4.0, abs=0.01), timeout=10000)
     assert panel.timer_label.text().startswith("0.0 /")
     qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=30000)
+
+
+def test_the_finished_take_shows_the_latency_that_was_streamed_and_saved(window):
+    from studio.engine.protocol import TakeStats
+
+    take = window.store.add(np.zeros(2400, np.float32), 24000, text="timed",
+                            stats={"first_chunk_latency": 0.64, "gui_first_chunk_latency": 0.776})  # fmt: skip
+    window.preview.add_chunk(np.zeros(2400, np.float32), 24000, 0.776)
+    assert "776 ms" in window.preview.stats.text()  # while streaming: the GUI's measure
+    stats = TakeStats(0.64, 1.0, 0.1, 10.0, 5, 1)
+    window.on_take_finished(stats, take)
+    assert "776 ms" in window.preview.stats.text() and "640" not in window.preview.stats.text()
+    assert window.takes_panel.tree.topLevelItem(0).text(2) == "776 ms"  # the list says the same
