@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,7 @@ class Settings:
     model_dir: str = ""
     output_dir: str = ""  # empty: data_dir()/takes
     backend: str = "vllm"  # "pytorch" | "vllm" (vLLM falls back to PyTorch only with a reported reason)
-    fp16: bool = False
+    fp16: bool = True  # CUDA only (the LM and the flow in half precision); ignored on the CPU
     # vLLM engine options: one field per entry of studio.vllm_options.VLLM_OPTIONS (checked there)
     gpu_memory_utilization: float = VLLM_DEFAULTS["gpu_memory_utilization"]
     max_num_seqs: int = VLLM_DEFAULTS["max_num_seqs"]
@@ -70,6 +71,9 @@ class Settings:
     enforce_eager: bool = VLLM_DEFAULTS["enforce_eager"]
     dtype: str = VLLM_DEFAULTS["dtype"]
     max_model_len: int = VLLM_DEFAULTS["max_model_len"]
+    # GPU memory: 0 = 80% of what is free when the engine starts; GiB; negative = no budget (vLLM's share
+    # from gpu_memory_utilization): sizes vLLM, the flow's arena and the takes admitted at once
+    vram_budget_gb: float = 0.0
     # audio
     audio_input_device: str = ""  # empty: system default
     audio_output_device: str = ""
@@ -85,6 +89,8 @@ class Settings:
             raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
         for option in VLLM_OPTIONS:
             option.check(getattr(self, option.name))
+        if not math.isfinite(self.vram_budget_gb):
+            raise ValueError("vram_budget_gb must be a number of GiB (0: automatic)")
 
     def resolved_output_dir(self) -> Path:
         """The folder new takes go to (``output_dir`` or the data folder's ``takes``)."""

@@ -2,13 +2,16 @@
 
 Each take decodes exactly ``--tokens`` speech tokens (stop ids ignored) so runs and backends compare
 like for like even on random weights. Reports avg/min/max/p95 first-chunk latency, RTF, aggregate
-audio-seconds per wall second, the llm/flow/hift time split and peak VRAM (NVML, this process tree);
-``--json`` writes everything. The model runs in this process; concurrency comes from threads.
+audio-seconds per wall second, the llm/flow/hift time split, peak VRAM per level and overall (NVML, this
+process tree), time to ready (load + warm-up) and the VRAM plan (``--vram-budget GIB`` simulates a smaller
+card on a larger one); ``--json`` writes everything. The model runs in this process; concurrency comes
+from threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -87,6 +90,7 @@ class VramSampler:
 
     def __init__(self) -> None:
         self.peak: int | None = None
+        self.window_peak: int | None = None  # since the last `new_window()` (one concurrency level)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._baseline = 0
@@ -130,9 +134,15 @@ class VramSampler:
     def _loop(self, query_gpus) -> None:
         while not self._stop.wait(0.05):
             try:
-                self.peak = max(self.peak or 0, self._reading(query_gpus))
+                reading = self._reading(query_gpus)
             except Exception:  # noqa: BLE001 - a failed reading is skipped
                 continue
+            self.peak = max(self.peak or 0, reading)
+            self.window_peak = max(self.window_peak or 0, reading)
+
+    def new_window(self) -> None:
+        if self.peak is not None:
+            self.window_peak = 0
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -160,6 +170,11 @@ def flow_counters(loaded) -> dict[str, int]:
     return solver_stats(flow) if flow is not None else {}
 
 
+def gate_counters(loaded) -> dict:
+    gate = getattr(loaded.model, "take_gate", None)
+    return {} if gate is None else {"queued_takes": gate.queued_total, "capacity_bytes": gate.capacity}
+
+
 def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:
     """``runs`` rounds of ``concurrency`` simultaneous takes; per-take and aggregate numbers.
 
@@ -183,6 +198,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
         for _ in range(warmup_rounds):
             one_round()
         counters_before = flow_counters(loaded)
+        queued_before = gate_counters(loaded).get("queued_takes", 0)
         for _ in range(runs):
             start = time.perf_counter()
             round_takes = one_round()
@@ -213,6 +229,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
         "stage_share": {k: v / stage_total for k, v in stages.items()},
         "first_chunk_stages_s": first,
         "flow_solver": counters,  # batched flow solves while timed: batches, requests, graph captures
+        "queued_takes": gate_counters(loaded).get("queued_takes", 0) - queued_before,  # waited for VRAM
     }
 
 
@@ -236,9 +253,15 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
         )
 
     with VramSampler() as vram:
-        from studio.commands.vllm_flags import vllm_options_from
+        from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
 
-        loaded = runner.load_model(args.model, backend, fp16=args.fp16, vllm_options=vllm_options_from(args))
+        loaded = runner.load_model(
+            args.model,
+            backend,
+            fp16=args.fp16,
+            vllm_options=vllm_options_from(args),
+            vram_budget_gb=vram_budget_from(args),
+        )
         try:
             result: dict = {
                 "backend_asked": backend,
@@ -253,9 +276,17 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             start = time.perf_counter()
             runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
             result["warmup_seconds"] = time.perf_counter() - start
+            result["time_to_ready_s"] = loaded.load_seconds + result["warmup_seconds"]
+            plan = getattr(loaded.model, "vram_plan", None)
+            result["vram_plan"] = None if plan is None else dataclasses.asdict(plan)
+            result["peak_vram_at_ready_bytes"] = vram.peak
+            print(f"[{backend}] ready in {result['time_to_ready_s']:.1f} s (load {loaded.load_seconds:.1f} s)"
+                  + (f"; {plan.describe()}" if plan is not None else ""), flush=True)  # fmt: skip
             result["levels"] = []
             for concurrency in args.concurrency:
+                vram.new_window()
                 level = bench_concurrency(loaded, make_request, concurrency, args.runs, args.warmup_rounds)
+                level["peak_vram_bytes"] = vram.window_peak
                 result["levels"].append(level)
                 print_level(backend, level)
         finally:
@@ -271,6 +302,11 @@ def print_level(backend: str, level: dict) -> None:
     solver = level.get("flow_solver") or {}
     if solver.get("batches"):
         first += f"  flow batch {solver['requests'] / solver['batches']:.1f}, captures {solver['captures']}"
+    peak = level.get("peak_vram_bytes")
+    if peak is not None:
+        first += f"  peak VRAM {peak / 2**30:.1f} GiB"
+    if level.get("queued_takes"):
+        first += f"  {level['queued_takes']} take(s) queued for memory"
     print(
         f"{backend:8} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
         f"(min {lat['min'] * 1000:.0f}, max {lat['max'] * 1000:.0f}, p95 {lat['p95'] * 1000:.0f})  "

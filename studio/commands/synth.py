@@ -169,10 +169,14 @@ def _synth(args: argparse.Namespace) -> int:
         stream=args.stream,
         exact_speech_tokens=args.tokens,
     )
-    from studio.commands.vllm_flags import vllm_options_from
+    from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
 
     loaded = runner.load_model(
-        args.model, "vllm" if args.vllm else "pytorch", fp16=args.fp16, vllm_options=vllm_options_from(args)
+        args.model,
+        "vllm" if args.vllm else "pytorch",
+        fp16=args.fp16,
+        vllm_options=vllm_options_from(args),
+        vram_budget_gb=vram_budget_from(args),
     )
     try:
         print(f"backend: {loaded.backend}" + (f" ({loaded.backend_reason})" if loaded.backend_reason else ""))

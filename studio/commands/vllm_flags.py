@@ -23,6 +23,22 @@ def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(option.flag, choices=option.choices, help=option.help)
         else:
             group.add_argument(option.flag, type=option.kind, metavar=option.metavar, help=option.help)
+    parser.add_argument(
+        "--vram-budget",
+        type=float,
+        metavar="GIB",
+        help="GPU memory the engine may use, vLLM included (default: the saved setting; 0: 80%% of the "
+        "free memory; -1: no budget). Smaller than the card, it behaves like a smaller card",
+    )
+
+
+def vram_budget_from(args: argparse.Namespace) -> float:
+    """``--vram-budget`` when given, else the saved setting."""
+    if getattr(args, "vram_budget", None) is not None:
+        return float(args.vram_budget)
+    from studio.settings import load_settings
+
+    return load_settings().vram_budget_gb
 
 
 def vllm_options_from(args: argparse.Namespace) -> dict[str, Any]:

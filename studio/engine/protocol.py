@@ -63,6 +63,7 @@ class LoadModel:
     fp16: bool = False
     vllm_options: dict[str, Any] = field(default_factory=dict)
     warmup: bool = True
+    vram_budget_gb: float = 0.0  # GiB on CUDA; 0: 80% of the free memory; negative: no budget
 
     def __post_init__(self) -> None:
         if self.backend not in ("pytorch", "vllm"):

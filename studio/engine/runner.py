@@ -65,7 +65,11 @@ def vllm_unavailable_reason() -> str:
 
 
 def load_model(
-    model_dir: str, backend: str = "pytorch", fp16: bool = False, vllm_options: dict | None = None
+    model_dir: str,
+    backend: str = "pytorch",
+    fp16: bool = False,
+    vllm_options: dict | None = None,
+    vram_budget_gb: float = 0.0,
 ) -> EngineModel:
     """Load CosyVoice2 with the requested backend; vLLM falls back to PyTorch with the reason recorded."""
     from studio.tts.cosyvoice2 import CosyVoice2
@@ -77,7 +81,13 @@ def load_model(
         reason = vllm_unavailable_reason()
         if not reason:
             try:
-                model = CosyVoice2(model_dir, load_vllm=True, fp16=fp16, **(vllm_options or {}))
+                model = CosyVoice2(
+                    model_dir,
+                    load_vllm=True,
+                    fp16=fp16,
+                    vram_budget_gb=vram_budget_gb,
+                    **(vllm_options or {}),
+                )
                 return EngineModel(model, "vllm", "", time.perf_counter() - start)
             except (FileNotFoundError, NotADirectoryError, ModelFolderError):
                 raise  # a bad folder is not a backend problem
@@ -87,7 +97,7 @@ def load_model(
         log.warning("using PyTorch instead of vLLM: %s", reason)
     elif backend != "pytorch":
         raise ValueError(f"backend must be 'pytorch' or 'vllm', not {backend!r}")
-    model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16)
+    model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16, vram_budget_gb=vram_budget_gb)
     return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
 
 

@@ -55,7 +55,11 @@ def is_random_model(folder: str) -> bool:
 
 def load_request(settings: Settings) -> LoadModel:
     return LoadModel(
-        settings.model_dir, backend=settings.backend, fp16=settings.fp16, vllm_options=settings.vllm_options()
+        settings.model_dir,
+        backend=settings.backend,
+        fp16=settings.fp16,
+        vllm_options=settings.vllm_options(),
+        vram_budget_gb=settings.vram_budget_gb,
     )
 
 

@@ -32,7 +32,7 @@ from studio.settings import BACKENDS, Settings
 from studio.vllm_options import VLLM_OPTION_NAMES, VLLM_OPTIONS, VllmOption
 
 #: Fields whose change needs the engine to reload the model.
-ENGINE_FIELDS = ("model_dir", "backend", "fp16", *VLLM_OPTION_NAMES)
+ENGINE_FIELDS = ("model_dir", "backend", "fp16", "vram_budget_gb", *VLLM_OPTION_NAMES)
 
 
 def _folder_row(edit: QLineEdit, caption: str) -> QWidget:
@@ -140,6 +140,18 @@ class SettingsDialog(QDialog):
         form.addRow("", self.gpu_note)
         form.addRow("", self.fp16)
         form.setRowVisible(self.fp16, bool(self.gpu_names))
+        self.vram_budget = QDoubleSpinBox()
+        self.vram_budget.setRange(-1.0, 1024.0)
+        self.vram_budget.setSingleStep(1.0)
+        self.vram_budget.setSuffix(" GiB")
+        self.vram_budget.setSpecialValueText("no budget")  # the minimum, -1
+        self.vram_budget.setValue(settings.vram_budget_gb if settings.vram_budget_gb >= 0 else -1.0)
+        self.vram_budget.setToolTip(
+            "GPU memory the studio may use: vLLM, the flow and the takes are sized from it; takes beyond it "
+            "wait. 0 = 80% of what is free when the engine starts"
+        )
+        form.addRow("VRAM budget (0 = auto)", self.vram_budget)
+        form.setRowVisible(self.vram_budget, bool(self.gpu_names))
         for option in VLLM_OPTIONS:  # one editor per option, kept as an attribute of the same name
             widget = _option_widget(option, getattr(settings, option.name))
             setattr(self, option.name, widget)
@@ -194,6 +206,7 @@ class SettingsDialog(QDialog):
             output_dir=self.output_dir.text().strip(),
             backend=self.backend.currentData(),
             fp16=self.fp16.isChecked(),
+            vram_budget_gb=round(self.vram_budget.value(), 2),
             **{option.name: _option_value(option, getattr(self, option.name)) for option in VLLM_OPTIONS},
             asr_model=self.asr_model.currentText().strip(),
             audio_input_device=self.input_device.currentData(),

@@ -25,8 +25,10 @@ from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
 from studio.tts.errors import BackendUnavailableError, SynthesisError
-from studio.tts.loader import load_model_folder, load_spk2info
+from studio.tts.loader import load_model_folder_beside, load_spk2info
+from studio.tts.memory import enforce_budget, plan_budget, take_state_bytes
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
+from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 from studio.user_dirs import user_dir
 
@@ -35,6 +37,7 @@ __all__ = ["CosyVoice2", "SynthesisSpec"]
 log = logging.getLogger(__name__)
 
 END_OF_PROMPT = "<|endofprompt|>"
+EXPECTED_TOKENS_PER_MIN_LEN = 4  # speech tokens a sentence usually needs, in units of its minimum length
 
 
 def voices_dir(model_dir: Path) -> Path:
@@ -73,6 +76,7 @@ class CosyVoice2:
         load_trt: bool = False,
         load_vllm: bool = False,
         fp16: bool = False,
+        vram_budget_gb: float = 0.0,
         **vllm_options: Any,
     ):
         """Load ``model_dir`` (errors name the bad file) and pick the LM backend.
@@ -81,6 +85,9 @@ class CosyVoice2:
         TorchScript or TensorRT path: they log a warning and the PyTorch modules run (on CUDA the flow
         estimator replays CUDA graphs instead). ``load_vllm`` needs the vLLM backend (`BackendUnavailableError`
         otherwise, before any weights load); ``vllm_options`` go to its engine. ``fp16`` is CUDA only.
+        On CUDA, ``vram_budget_gb`` (0: 80% of the free memory; negative: no budget, the vLLM options as
+        given) sizes vLLM's share, the flow's arena and the takes admitted at once
+        (`studio.tts.device.vram_budget`).
         """
         if load_jit or load_trt:
             log.warning(
@@ -89,7 +96,19 @@ class CosyVoice2:
             )
         self.model_dir = Path(model_dir)
         create_vllm_backend = _vllm_factory() if load_vllm else None  # fail fast, before loading weights
-        self.model = load_model_folder(self.model_dir, fp16=fp16)
+        self.vram_plan = None
+        self.take_gate: TakeGate | None = None  # admits takes by the memory their states will need
+        budget = vram_budget_gb or None  # 0: the default share of the free memory
+
+        def start_vllm(llm):  # on this thread, while the flow, HiFT and frontend load on another
+            if llm.speech_embedding.weight.is_cuda and vram_budget_gb >= 0:
+                self.vram_plan = plan_budget(self.model_dir, llm, budget, True, loaded_rest=False)
+                vllm_options["gpu_memory_utilization"] = self.vram_plan.gpu_memory_utilization
+            return create_vllm_backend(llm, self.model_dir, **vllm_options)
+
+        self.model, backend = load_model_folder_beside(
+            self.model_dir, fp16=fp16, beside=start_vllm if create_vllm_backend is not None else None
+        )
         self.fp16 = self.model.fp16
         self.sample_rate = self.model.config.sample_rate
         self.token_hop_len = self.model.config.chunk_size
@@ -97,14 +116,20 @@ class CosyVoice2:
         self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
         self.spk2info: dict[str, dict] = {**self.model.spk2info, **load_spk2info(self.voices_file)}
         self._voices_lock = threading.Lock()
-        if create_vllm_backend is not None:
-            self.backend = create_vllm_backend(self.model.llm, self.model_dir, **vllm_options)
+        if backend is not None:
+            self.backend = backend
             self.backend_name = "vllm"
+            freed = self.model.llm.drop_backbone()  # vLLM runs the transformer; the embeddings stay here
+            log.info("vLLM runs the LM: freed the PyTorch copy of its layers (%.0f MB)", freed / 2**20)
         else:
             from studio.tts.llm.torch_backend import TorchTokenBackend
 
             self.backend = TorchTokenBackend(self.model.llm)
             self.backend_name = "pytorch"
+            if self.model.device.type == "cuda" and vram_budget_gb >= 0:
+                self.vram_plan = plan_budget(self.model_dir, self.model.llm, budget, False, loaded_rest=True)
+        if self.vram_plan is not None:
+            self.take_gate = enforce_budget(self.vram_plan, self.model)
 
     def close(self) -> None:
         """Shut the token backend down (the vLLM engine holds processes and GPU memory); idempotent."""
@@ -248,6 +273,13 @@ class CosyVoice2:
                     total_tokens += out.pop("_new_tokens")
                     out["speech_tokens"] = total_tokens
                     yield out
+            except torch.cuda.OutOfMemoryError as exc:  # this take fails; the engine and other takes go on
+                torch.cuda.empty_cache()
+                budget = f" (VRAM budget {self.vram_plan.budget / 2**30:.1f} GiB)" if self.vram_plan else ""
+                raise SynthesisError(
+                    f"the GPU ran out of memory during this take{budget}; it was stopped and the engine goes "
+                    "on: run fewer takes at once, shorter texts, or raise the VRAM budget"
+                ) from exc
             finally:
                 chunks.close()  # joins the sentence's LM thread even when our caller stops early
 
@@ -274,6 +306,18 @@ class CosyVoice2:
                 ignore_stop=ignore_stop,
             )
 
+        if self.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
+            expected = max_len if ignore_stop else min(max_len, EXPECTED_TOKENS_PER_MIN_LEN * max(1, min_len))
+            need = take_state_bytes(self.model, prompt.flow_feat.shape[1], expected)
+            with self.take_gate.admitted(need, cancel) as admitted:
+                if admitted:
+                    yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
+            return
+        yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
+
+    def _sentence_audio(
+        self, spec: SynthesisSpec, prompt: _Prompt, generate, cancel, seed: int
+    ) -> Iterator[dict]:
         hift_generator = torch.Generator(device=self.model.device).manual_seed(seed)
         stream = Token2WavStream(
             flow=self.model.flow,

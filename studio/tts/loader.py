@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,31 +322,66 @@ def load_model_folder(
     model_dir: str | Path, *, device: torch.device | str | None = None, fp16: bool = False
 ) -> ModelParts:
     """Load the whole folder; ``fp16`` (CUDA only, as upstream) halves the LM and the flow."""
+    parts, _ = load_model_folder_beside(model_dir, device=device, fp16=fp16)
+    return parts
+
+
+def load_model_folder_beside(
+    model_dir: str | Path,
+    *,
+    device: torch.device | str | None = None,
+    fp16: bool = False,
+    beside: Callable[[torch.nn.Module], Any] | None = None,
+) -> tuple[ModelParts, Any]:
+    """Load the folder; once the LM is loaded, ``beside(llm)`` runs on this thread (starting vLLM) while
+    the flow, HiFT and the frontend load on another. Returns the parts and what ``beside`` returned.
+    Errors of either side are raised here, after both have ended."""
     model_dir = check_folder(model_dir)
     device = torch.device(device) if device is not None else default_device()
     if fp16 and device.type != "cuda":
-        log.warning("fp16 needs a CUDA device; running in float32 on %s", device)
+        log.info("fp16 needs a CUDA device; running in float32 on %s", device)
         fp16 = False
     config = read_folder_config(model_dir)
     llm = load_llm(model_dir, config, device)
-    flow = load_flow(model_dir, config, device)
-    hift = load_hift(model_dir, config, device)
     if fp16:
         llm.half()
-        flow.half()
-    if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
-        # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU: replaying
-        # captured graphs makes them several times faster with identical output. STUDIO_CUDA_GRAPHS=0 opts out.
-        attach_cuda_graphs(flow, hift)
-    frontend = load_frontend(model_dir, device)
-    return ModelParts(
+    loaded: dict[str, Any] = {}
+
+    def load_rest() -> None:
+        try:
+            flow = load_flow(model_dir, config, device)
+            hift = load_hift(model_dir, config, device)
+            if fp16:
+                flow.half()
+            if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
+                # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU:
+                # replaying captured graphs makes them several times faster with identical output.
+                attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
+            loaded.update(flow=flow, hift=hift, frontend=load_frontend(model_dir, device))
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            loaded["error"] = exc
+
+    result = None
+    if beside is None:
+        load_rest()
+    else:
+        worker = threading.Thread(target=load_rest, name="load-flow-hift-frontend", daemon=True)
+        worker.start()
+        try:
+            result = beside(llm)
+        finally:
+            worker.join()
+    if "error" in loaded:
+        raise loaded["error"]
+    parts = ModelParts(
         model_dir=model_dir,
         config=config,
         llm=llm,
-        flow=flow,
-        hift=hift,
-        frontend=frontend,
+        flow=loaded["flow"],
+        hift=loaded["hift"],
+        frontend=loaded["frontend"],
         device=device,
         fp16=fp16,
         spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
     )
+    return parts, result

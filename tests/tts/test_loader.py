@@ -149,3 +149,33 @@ def test_read_only_folder_synthesises_and_saves_voices_elsewhere(
     finally:
         for path in [folder, *folder.rglob("*")]:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def test_vllm_can_start_while_the_flow_hift_and_frontend_load(tiny_model_dir):
+    import threading
+
+    from studio.tts.loader import load_model_folder_beside
+
+    seen = {}
+
+    def beside(llm):
+        seen["llm"] = llm
+        seen["loading"] = [t.name for t in threading.enumerate() if t.name == "load-flow-hift-frontend"]
+        return "backend"
+
+    parts, result = load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside)
+    assert result == "backend" and seen["llm"] is parts.llm and seen["loading"] == ["load-flow-hift-frontend"]
+    assert parts.flow is not None and parts.hift is not None and parts.frontend is not None
+
+
+def test_a_failure_beside_the_loading_waits_for_it_and_is_raised(tiny_model_dir):
+    import threading
+
+    from studio.tts.loader import load_model_folder_beside
+
+    def beside(_llm):
+        raise RuntimeError("vLLM failed to start")
+
+    with pytest.raises(RuntimeError, match="vLLM failed"):
+        load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside)
+    assert not [t for t in threading.enumerate() if t.name == "load-flow-hift-frontend"]

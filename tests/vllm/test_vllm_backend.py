@@ -73,11 +73,13 @@ def test_load_vllm_synthesises_the_same_audio_as_pytorch_when_greedy(vllm_voice,
     np.testing.assert_allclose(audio["vllm"], audio["pytorch"], atol=1e-5)
 
 
-def test_four_concurrent_streams_each_equal_the_pytorch_path(vllm_voice):
-    llm, backend = vllm_voice.model.llm, vllm_voice.backend
+def test_four_concurrent_streams_each_equal_the_pytorch_path(vllm_voice, torch_voice):
+    backend = vllm_voice.backend
+    assert not len(vllm_voice.model.llm.llm.model.model.layers)  # vLLM runs them: the PyTorch copy is freed
     prompts = [prompt_for(vllm_voice, [10 + i, 20, 30 + 2 * i, 40]) for i in range(4)]
     kwargs = dict(min_len=4, max_len=24, sampling=GREEDY, seed=None)
-    expected = [list(TorchTokenBackend(llm).generate(p, cancel=threading.Event(), **kwargs)) for p in prompts]
+    reference = TorchTokenBackend(torch_voice.model.llm)  # the same weights, with their layers
+    expected = [list(reference.generate(p, cancel=threading.Event(), **kwargs)) for p in prompts]
     results: dict[int, list[int]] = {}
     threads = [
         threading.Thread(target=run, args=(backend, p, results, i), kwargs=kwargs)

@@ -107,7 +107,9 @@ class HiFTGenerator(nn.Module):
         super().__init__()
         if f0_predictor is None:
             raise ValueError("HiFTGenerator needs an f0_predictor module")
-        self.graphs = None  # CUDA-graph replay of `inference` (hift/graphs.py), attached by the loader on CUDA
+        self.graphs = (
+            None  # CUDA-graph replay of `inference` (hift/graphs.py), attached by the loader on CUDA
+        )
         if sampling_rate == 22050:
             raise ValueError("HiFTGenerator: the 22.05 kHz (CosyVoice 1) source module is not supported")
         istft_params = dict(istft_params or {"n_fft": 16, "hop_len": 4})

@@ -102,6 +102,8 @@ class Qwen2Encoder(nn.Module):
 
     def step(self, inputs_embeds: torch.Tensor, cache: Any) -> torch.Tensor:
         """Run [1, L, D] new positions through the backbone, extending `cache`; return the last hidden [1, D]."""
+        if not len(self.model.model.layers):
+            raise RuntimeError("the LM's layers were freed (vLLM runs them): the PyTorch backend cannot step")
         if inputs_embeds.is_cuda:
             with _CudnnAttentionOff():
                 out = self.model.model(inputs_embeds=inputs_embeds, past_key_values=cache, use_cache=True)
@@ -160,6 +162,18 @@ class Qwen2LM(nn.Module):
         self.llm.materialize_buffers()
 
     @torch.inference_mode()
+    def backbone_bytes(self) -> int:
+        """Bytes of the transformer layers (what `drop_backbone` frees)."""
+        layers = self.llm.model.model.layers
+        return sum(p.numel() * p.element_size() for p in layers.parameters())
+
+    def drop_backbone(self) -> int:
+        """Free the transformer layers when another engine (vLLM) runs them; the embeddings and the speech
+        head stay (prompt embeddings are built here). Returns the bytes freed; `step` refuses afterwards."""
+        freed = self.backbone_bytes()
+        self.llm.model.model.layers = nn.ModuleList()
+        return freed
+
     def build_prompt_embeds(
         self,
         text: torch.Tensor | Sequence[int],

@@ -43,7 +43,6 @@ from studio.tts.flow.streaming.batched_solve import (
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class SolveRequest:
     """One take's chunk: its new frames' mu/cond [1, 80, n] (compute dtype), spks [1, 80], absolute frames."""

@@ -1,0 +1,95 @@
+"""One VRAM budget, split: vLLM's engine, the flow's shared work arena, and the takes' own states.
+
+The studio runs beside the desktop on the user's card, so it takes a budget (``vram_budget_gb``; default
+80% of the memory free when the engine starts) and sizes everything from it: vLLM's share of the card
+(``gpu_memory_utilization``), the flow solver's arena, and what per-take states may hold together (a
+`TakeGate` admits takes against it: beyond it they queue). This process's PyTorch allocations are capped at
+its part (``set_per_process_memory_fraction``), so a budget smaller than the card behaves like a smaller
+card (``bench --vram-budget 24`` on an H200 is a 24 GB card) and an out-of-memory fails one take, not the
+engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+DEFAULT_SHARE_OF_FREE = 0.8  # what the studio takes of the free memory when no budget is given
+VLLM_SHARE = 0.15  # of the budget, within [VLLM_MIN, VLLM_MAX]: a 0.5B LM needs little KV cache
+VLLM_MIN, VLLM_MAX = 3 * GIB, 8 * GIB
+RUNTIME_RESERVE = 1.5 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, graph pools, allocator slack
+ARENA_SHARE, ARENA_MAX = 0.25, 4 * GIB  # of what is left after vLLM, weights and the reserve
+
+
+class VramBudgetError(ValueError):
+    """The budget cannot hold the model; the message says what it needs."""
+
+
+@dataclass(frozen=True)
+class VramPlan:
+    """Bytes per consumer; ``total`` is the card's memory."""
+
+    budget: int
+    total: int
+    resident: int  # this process's weights (and frontend) when the plan was made
+    vllm: int
+    flow_arena: int
+    takes: int
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        """vLLM's share of the whole card (its option is a fraction of the total)."""
+        return self.vllm / self.total
+
+    @property
+    def process_fraction(self) -> float:
+        """This process's cap as a fraction of the card: the budget less vLLM's engine process."""
+        return (self.budget - self.vllm) / self.total
+
+    def describe(self) -> str:
+        parts = (("vLLM", self.vllm), ("weights", self.resident), ("flow arena", self.flow_arena),
+                 ("takes", self.takes))  # fmt: skip
+        return f"VRAM budget {self.budget / GIB:.1f} GiB: " + ", ".join(
+            f"{n} {b / GIB:.1f}" for n, b in parts
+        )
+
+
+def default_budget(free: int) -> int:
+    return int(free * DEFAULT_SHARE_OF_FREE)
+
+
+def plan_vram(budget: int, total: int, resident: int, with_vllm: bool) -> VramPlan:
+    """Split ``budget`` bytes; raises VramBudgetError when it cannot hold the model and one take."""
+    if budget <= 0:
+        raise VramBudgetError("the VRAM budget must be positive")
+    if budget > total:
+        raise VramBudgetError(
+            f"a VRAM budget of {budget / GIB:.1f} GiB is more than the card's {total / GIB:.1f} GiB"
+        )
+    vllm = int(min(max(budget * VLLM_SHARE, VLLM_MIN), VLLM_MAX)) if with_vllm else 0
+    rest = budget - vllm - resident - int(RUNTIME_RESERVE)
+    if rest < 512 * 2**20:
+        raise VramBudgetError(
+            f"a VRAM budget of {budget / GIB:.1f} GiB is too small: vLLM needs {vllm / GIB:.1f} GiB, the "
+            f"weights {resident / GIB:.1f} GiB and the runtime {RUNTIME_RESERVE / GIB:.1f} GiB, with at "
+            "least 0.5 GiB left for takes"
+        )
+    arena = int(min(rest * ARENA_SHARE, ARENA_MAX))
+    return VramPlan(budget, total, resident, vllm, arena, rest - arena)
+
+
+def plan_for_device(device, budget_gb: float | None, with_vllm: bool, freed_later: int = 0) -> VramPlan:
+    """The plan on a CUDA ``device`` now (``budget_gb`` None: the default share of free memory);
+    ``freed_later``: resident bytes about to go (the LM's layers once vLLM runs them)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    budget = default_budget(free) if budget_gb is None else int(budget_gb * GIB)
+    return plan_vram(budget, total, max(0, torch.cuda.memory_allocated(device) - freed_later), with_vllm)
+
+
+def cap_process(plan: VramPlan, device) -> None:
+    """PyTorch in this process may allocate at most its part of the budget (an OOM beyond, per take)."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(min(1.0, plan.process_fraction), device)

@@ -1,0 +1,133 @@
+"""One VRAM budget (issue 11, item 3): how it splits, and that takes beyond it queue instead of failing;
+an out-of-memory fails its own take and the next take runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from studio.tts.cosyvoice2 import SynthesisSpec
+from studio.tts.device.vram_budget import GIB, VramBudgetError, plan_vram
+from studio.tts.errors import SynthesisError
+from studio.tts.memory import take_state_bytes
+from studio.tts.take_gate import TakeGate
+
+
+def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
+    plan = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=True)
+    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 1.5 * GIB == pytest.approx(
+        24 * GIB, abs=2
+    )
+    assert 3 * GIB <= plan.vllm <= 8 * GIB and plan.gpu_memory_utilization == pytest.approx(
+        plan.vllm / (140 * GIB)
+    )
+    assert plan.process_fraction * 140 * GIB == pytest.approx(24 * GIB - plan.vllm)
+    assert plan.takes > 10 * GIB and "takes" in plan.describe()
+    no_vllm = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=False)
+    assert no_vllm.vllm == 0 and no_vllm.takes > plan.takes
+
+
+@pytest.mark.parametrize(("budget", "message"), [(4 * GIB, "too small"), (200 * GIB, "more than the card"),
+                                                 (0, "positive")])  # fmt: skip
+def test_a_budget_that_cannot_work_says_why(budget, message):
+    with pytest.raises(VramBudgetError, match=message):
+        plan_vram(budget, 140 * GIB, resident=GIB, with_vllm=True)
+
+
+def test_the_gate_queues_in_order_admits_what_fits_and_lets_a_cancelled_take_go():
+    gate = TakeGate(100)
+    order, running, peak = [], [0], [0]
+    lock = threading.Lock()
+
+    def take(name, need, hold):
+        with gate.admitted(need) as admitted:
+            assert admitted
+            with lock:
+                order.append(name)
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(hold)
+            with lock:
+                running[0] -= 1
+
+    first = threading.Thread(target=take, args=("a", 60, 0.3))
+    first.start()
+    time.sleep(0.05)
+    others = [threading.Thread(target=take, args=(n, 60, 0.05)) for n in ("b", "c")]
+    for thread in others:
+        thread.start()
+        time.sleep(0.02)
+    cancel = threading.Event()
+    cancelled = []
+
+    def waiting_then_cancelled():
+        with gate.admitted(60, cancel) as admitted:
+            cancelled.append(admitted)
+
+    loser = threading.Thread(target=waiting_then_cancelled)
+    loser.start()
+    time.sleep(0.05)
+    cancel.set()
+    for thread in (first, *others, loser):
+        thread.join(5)
+    assert order == ["a", "b", "c"] and peak[0] == 1  # 60 + 60 > 100: one at a time, first come first served
+    assert cancelled == [False] and gate.used == 0 and gate.running == 0 and gate.waiting == 0
+    assert gate.queued_total >= 2
+    with gate.admitted(500) as admitted:  # larger than the whole budget: runs alone, never refused
+        assert admitted
+
+
+def test_takes_beyond_the_budget_queue_and_all_finish(tiny_cosyvoice, prompt_wav16k):
+    model = tiny_cosyvoice
+    spec = dict(text="Queued takes all finish.", prompt_wav=prompt_wav16k, prompt_text="A prompt.",
+                exact_speech_tokens=20, stream=True, text_frontend=False)  # fmt: skip
+    one_take = take_state_bytes(model.model, 200, 20)
+    model.take_gate = TakeGate(int(one_take * 1.5))  # room for one take at a time
+    results, errors = {}, []
+
+    def run(seed):
+        try:
+            chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
+            results[seed] = np.concatenate([c["tts_speech"].numpy()[0] for c in chunks])
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert not errors and sorted(results) == [0, 1, 2]
+        assert all(audio.size == 20 * 960 for audio in results.values())
+        assert model.take_gate.queued_total >= 1 and model.take_gate.used == 0
+    finally:
+        model.take_gate = None
+
+
+def test_an_out_of_memory_fails_its_take_clearly_and_the_next_take_runs(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    import torch
+
+    from studio.tts.flow.streaming import solver as solver_module
+
+    spec = dict(text="Memory runs out.", prompt_wav=prompt_wav16k, prompt_text="A prompt.",
+                exact_speech_tokens=20, stream=True, text_frontend=False, seed=1)  # fmt: skip
+    real_solve = solver_module.EstimatorSolver.solve
+    calls = []
+
+    def solve_once_out_of_memory(self, request):
+        calls.append(1)
+        if len(calls) == 1:  # the GPU's allocator refusing a block, as a CUDA OOM does
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_solve(self, request)
+
+    monkeypatch.setattr(solver_module.EstimatorSolver, "solve", solve_once_out_of_memory)
+    with pytest.raises(SynthesisError, match="ran out of memory during this take.*engine goes on"):
+        list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
+    chunks = list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
+    assert sum(c["tts_speech"].shape[1] for c in chunks) == 20 * 960
