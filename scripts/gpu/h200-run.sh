@@ -35,7 +35,28 @@ bench_vllm_fp16() {  # $1: seconds allowed
     >"$out/bench-vllm-$tag.log" 2>&1
   grep -E "^(vllm|pytorch) |peak|rror" "$out/bench-vllm-$tag.log" | cut -c1-400
 }
+budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the VRAM budget sizes vLLM)
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 -m studio bench --model /tmp/full --tokens 100 --max-num-seqs 64 \
+    --max-num-batched-tokens 8192 --backends vllm --fp16 --runs 2 "$@" --json "$out/bench-$name.json" \
+    >"$out/bench-$name.log" 2>&1
+  grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
+}
 case $step in
+H1)  # issue 11 (stop 10): install, model, tests/vllm on the GPU, then the default budget at 1/4/16 (cold start)
+  install
+  timeout 200 python3 -m pytest tests/vllm tests/tts/test_vram_budget.py -q -p no:cacheprovider \
+    >"$out/pytest-vllm.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-vllm.log" | tail -8
+  budget_bench default-c1-4-16 330 --concurrency 1,4,16
+  ;;
+H2)  # same warm machine: a 24 GiB card simulated (warm start: vLLM's compile cache and our export kept)
+  budget_bench budget24-c1-4-16-32 560 --concurrency 1,4,16,32 --vram-budget 24
+  ;;
+H3)  # the default budget at 32 and 64 streams
+  budget_bench default-c32-64 560 --concurrency 32,64
+  ;;
 G1)  # after the four part-copy calls: install, model, flow-solver check, vLLM bench (fp16 flow/HiFT)
   install
   timeout 150 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --streams 1,16 \
