@@ -54,6 +54,18 @@ H1)  # issue 11 (stop 10): install, model, tests/vllm on the GPU, then the defau
 H2)  # same warm machine: a 24 GiB card simulated (warm start: vLLM's compile cache and our export kept)
   budget_bench budget24-c1-4-16-32 560 --concurrency 1,4,16,32 --vram-budget 24
   ;;
+H4)  # after the four part-copy calls: install, then the half-arena split at both budgets
+  install
+  budget_bench arena-half-budget24-c1-16-32 270 --concurrency 1,16,32 --vram-budget 24
+  budget_bench arena-half-default-c16-32-64 300 --concurrency 16,32,64
+  ;;
+H5)  # after the four part-copy calls: install, the default budget at every level (cold start)
+  install
+  budget_bench default-c1-4-16-32-64 480 --concurrency 1,4,16,32,64
+  ;;
+H6)  # same warm machine: the 24 GiB budget at 1/4/16/32 (warm start)
+  budget_bench budget24-c1-4-16-32 560 --concurrency 1,4,16,32 --vram-budget 24
+  ;;
 H3)  # the default budget at 32 and 64 streams
   budget_bench default-c32-64 560 --concurrency 32,64
   ;;

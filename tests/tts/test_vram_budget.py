@@ -18,14 +18,16 @@ from studio.tts.take_gate import TakeGate
 
 def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     plan = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=True)
-    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 1.5 * GIB == pytest.approx(
+    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 2 * GIB == pytest.approx(
         24 * GIB, abs=2
     )
     assert 3 * GIB <= plan.vllm <= 8 * GIB and plan.gpu_memory_utilization == pytest.approx(
         plan.vllm / (140 * GIB)
     )
-    assert plan.process_fraction * 140 * GIB == pytest.approx(24 * GIB - plan.vllm)
-    assert plan.takes > 10 * GIB and "takes" in plan.describe()
+    cap = plan.process_fraction * 140 * GIB  # PyTorch's share: the rest less what CUDA holds outside it
+    assert cap == pytest.approx(24 * GIB - plan.vllm - 1.5 * GIB)
+    assert plan.resident + plan.flow_arena + plan.takes < cap
+    assert plan.takes > 8 * GIB and plan.takes == pytest.approx(plan.flow_arena, abs=1) and "takes" in plan.describe()
     no_vllm = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=False)
     assert no_vllm.vllm == 0 and no_vllm.takes > plan.takes
 
