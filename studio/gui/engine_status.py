@@ -40,10 +40,11 @@ def describe_state(state: State) -> str:
         return f"Warming up{load}…"
     if kind == EngineState.READY:
         parts = [f"Ready · {state.backend or 'engine'}"]
-        if state.warmup_seconds is not None:
-            parts.append(f"warm-up {state.warmup_seconds:.1f} s")
-        if state.load_seconds is not None:
-            parts.append(f"load {state.load_seconds:.1f} s")
+        steps = [(name, value) for name, value in (("load", state.load_seconds), ("warm-up", state.warmup_seconds))
+                 if value is not None]  # fmt: skip
+        if steps:  # time to ready, as bench reports it
+            total = sum(value for _, value in steps)
+            parts.append(f"ready in {total:.1f} s (" + ", ".join(f"{n} {v:.1f} s" for n, v in steps) + ")")
         text = " · ".join(parts)
         return f"{text} · {state.backend_reason}" if state.backend_reason else text
     if kind == EngineState.BUSY:

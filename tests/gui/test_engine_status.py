@@ -31,7 +31,11 @@ def test_states_progress_and_restart(qtbot):
     status.on_state(State(EngineState.READY, backend="pytorch", backend_reason="vLLM is not installed",
                           load_seconds=4.0, warmup_seconds=2.5))  # fmt: skip
     text = status.label.text()
-    assert "Ready" in text and "warm-up 2.5 s" in text and "vLLM is not installed" in text
+    assert (
+        "Ready" in text
+        and "ready in 6.5 s (load 4.0 s, warm-up 2.5 s)" in text
+        and "vLLM is not installed" in text
+    )
     assert not status.progress.isVisible() and not status._clock.isActive()
     assert not status.restart_button.isVisible()
 
