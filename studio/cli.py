@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "studio.commands.synth",
     "studio.commands.transcribe",
     "studio.commands.bench",
+    "studio.commands.serve",
     "studio.commands.doctor",
     "studio.commands.download",
     "studio.commands.make_model",

@@ -1,0 +1,177 @@
+"""The speech service behind the API: loads the model in the background (``state`` says where it is), turns
+an OpenAI-style request into the studio's `Synthesize`, and runs takes on worker threads, their chunks
+handed to the event loop as they come. A take whose consumer goes away (client disconnected) is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from studio.engine.protocol import Synthesize
+from studio.request import Mode, RequestError
+from studio.serve.metrics import Metrics
+from studio.voices import VoiceError, VoiceLibrary
+
+log = logging.getLogger("studio.serve")
+
+MAX_INPUT_CHARS = 4096  # OpenAI's own limit for /v1/audio/speech
+
+
+class ServiceError(Exception):
+    """A request the service refuses: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+@dataclass
+class SpeechRequest:
+    """The fields of OpenAI's speech request the studio uses (plus ``instructions``, ``seed``, ``stream``)."""
+
+    input: str
+    voice: str
+    model: str = "cosyvoice2"
+    response_format: str = "wav"
+    speed: float = 1.0
+    instructions: str = ""
+    seed: int | None = None
+    stream: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SpeechService:
+    def __init__(self, model_dir: str, voices: VoiceLibrary, backend: str = "pytorch", fp16: bool = True,
+                 vllm_options: dict | None = None, vram_budget_gb: float = 0.0, workers: int = 64,
+                 warmup: bool = True, asr_model: str = ""):  # fmt: skip
+        self.model_dir, self.backend_asked = model_dir, backend
+        self.voices = voices
+        self._load_args = (backend, fp16, vllm_options or {}, vram_budget_gb)
+        self._warmup = warmup
+        self.asr_model = asr_model  # transcribes uploaded voices sent without a transcript ("" = never)
+        self.transcriber = None  # loaded on the first upload that needs it
+        self.asr_lock = threading.Lock()
+        self.state = "starting"
+        self.error = ""
+        self.loaded = None
+        self.metrics = Metrics(self)
+        self.active: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="take")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load (and warm up) the model; on the caller's thread (the server runs it beside the loop)."""
+        from studio.engine import runner
+        from studio.engine.warmup import warmup_request
+
+        self.state = "loading"
+        try:
+            backend, fp16, options, budget = self._load_args
+            self.loaded = runner.load_model(self.model_dir, backend, fp16, options, budget)
+            if self._warmup:
+                runner.run_take(self.loaded.model, warmup_request(), backend=self.loaded.backend)
+            self.state = "ready"
+            log.info("ready: %s backend on %s", self.loaded.backend, self.loaded.device)
+        except Exception as exc:  # noqa: BLE001 - reported by /health and every request
+            log.exception("loading %s failed", self.model_dir)
+            self.state, self.error = "error", f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        for cancel in list(self.active.values()):
+            cancel.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.loaded is not None:
+            self.loaded.close()
+
+    @property
+    def sample_rate(self) -> int:
+        from studio.engine.runner import output_rate
+
+        return output_rate(self.loaded.model)
+
+    # -- requests --------------------------------------------------------------------------------
+    def synthesize_request(self, body: SpeechRequest) -> Synthesize:
+        """The studio's take for an API request; a ServiceError (404/422/503) says what is wrong."""
+        if self.state != "ready":
+            raise ServiceError(503, f"the engine is {self.state}" + (f": {self.error}" if self.error else ""))
+        text = (body.input or "").strip()
+        if not text:
+            raise ServiceError(422, "input is empty: there is nothing to say", "input")
+        if len(body.input) > MAX_INPUT_CHARS:
+            raise ServiceError(
+                422, f"input is {len(body.input)} characters; at most {MAX_INPUT_CHARS}", "input"
+            )
+        try:
+            voice = self.voices.get(body.voice)
+            prompt, prompt_rate, _transcript = self.voices.load_prompt(voice.slug)  # this server's library
+        except VoiceError:
+            known = ", ".join(v.slug for v in self.voices.list()) or "none yet (POST /v1/voices)"
+            raise ServiceError(
+                404, f"unknown voice {body.voice!r}; registered voices: {known}", "voice"
+            ) from None
+        mode = (
+            Mode.INSTRUCT
+            if body.instructions.strip()
+            else (Mode.ZERO_SHOT if voice.transcript else Mode.CROSS_LINGUAL)
+        )
+        try:
+            return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=voice.transcript,
+                              instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
+                              stream=True)  # fmt: skip
+        except RequestError as exc:
+            raise ServiceError(422, str(exc), exc.field) from None
+
+    async def chunks(self, request: Synthesize) -> AsyncIterator[np.ndarray]:
+        """The take's audio chunks (float32, ``sample_rate``) as they are made; closing this iterator
+        early (a client that went away) cancels the take."""
+        from studio.engine import runner
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        started = time.perf_counter()
+
+        def put(item) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def work() -> None:
+            try:
+                stats = runner.run_take(self.loaded.model, request, cancel=cancel, backend=self.loaded.backend,
+                                        on_chunk=lambda samples: put(("chunk", samples)))  # fmt: skip
+                put(("done", stats))
+            except Exception as exc:  # noqa: BLE001 - raised to the consumer
+                put(("error", exc))
+
+        with self._lock:
+            self.active[request.request_id] = cancel
+        outcome = "cancelled"
+        first: float | None = None
+        try:
+            self._pool.submit(work)
+            while True:
+                kind, payload = await queue.get()
+                if kind == "chunk":
+                    first = first if first is not None else time.perf_counter() - started
+                    yield payload
+                elif kind == "done":
+                    outcome = "cancelled" if payload.cancelled else "ok"
+                    if outcome == "ok":
+                        self.metrics.take_done(first, payload.total_seconds, payload.rtf)
+                    return
+                else:
+                    outcome = "error"
+                    raise payload
+        finally:
+            cancel.set()  # a no-op for a finished take; stops one whose client went away
+            with self._lock:
+                self.active.pop(request.request_id, None)
+            self.metrics.request(outcome)

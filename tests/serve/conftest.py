@@ -1,0 +1,57 @@
+"""A real server for the API tests: uvicorn on 127.0.0.1 (a free port) in a thread, the tiny model on the
+PyTorch backend, a private voice library, and a key."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+API_KEY = "test-key-123"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    import httpx
+    import torch
+    import uvicorn
+
+    from studio.serve.app import create_app
+    from studio.serve.service import SpeechService
+    from studio.voices import VoiceLibrary
+
+    torch.set_num_threads(1)  # two cores: one intra-op thread per take keeps concurrent takes quick
+    voices = VoiceLibrary(tmp_path_factory.mktemp("voices"))
+    service = SpeechService(str(tiny_model_dir), voices, backend="pytorch", warmup=False)
+    port = _free_port()
+    config = uvicorn.Config(create_app(service, API_KEY), host="127.0.0.1", port=port, log_level="warning")
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, name="uvicorn", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{base}/health").json()["state"] == "starting"  # up before the model loads
+    service.load()
+    yield base, service
+    uv.should_exit = True
+    thread.join(30)
+    service.close()
+
+
+@pytest.fixture
+def client(server):
+    import httpx
+
+    base, _service = server
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120) as http:
+        yield http
