@@ -74,6 +74,10 @@ class Settings:
     # GPU memory: 0 = 80% of what is free when the engine starts; GiB; negative = no budget (vLLM's share
     # from gpu_memory_utilization): sizes vLLM, the flow's arena and the takes admitted at once
     vram_budget_gb: float = 0.0
+    # where the engine runs: "" = this computer (a process of the studio), else a speech server's URL
+    # (cosyvoice-studio serve) and its API key
+    engine_url: str = ""
+    engine_key: str = ""
     # audio
     audio_input_device: str = ""  # empty: system default
     audio_output_device: str = ""
@@ -89,6 +93,8 @@ class Settings:
             raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
         for option in VLLM_OPTIONS:
             option.check(getattr(self, option.name))
+        if self.engine_url and not self.engine_url.startswith(("http://", "https://")):
+            raise ValueError(f"engine_url must be an http:// or https:// address, not {self.engine_url!r}")
         if not math.isfinite(self.vram_budget_gb):
             raise ValueError("vram_budget_gb must be a number of GiB (0: automatic)")
 

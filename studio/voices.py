@@ -165,3 +165,13 @@ class VoiceLibrary:
     def delete(self, slug: str) -> None:
         voice = self.get(slug)
         shutil.rmtree(self.folder / voice.slug)
+
+
+def saved_prompt(voice_id: str) -> tuple[np.ndarray, int, str] | None:
+    """A voice of the studio's library (``data_dir()/voices``): (prompt audio, rate, transcript), or None."""
+    from studio.settings import data_dir
+
+    try:
+        return VoiceLibrary(data_dir() / "voices").load_prompt(voice_id)
+    except VoiceError:
+        return None

@@ -20,6 +20,7 @@ import numpy as np
 
 from studio.engine.protocol import Synthesize, TakeStats
 from studio.request import SAMPLE_RATE
+from studio.voices import saved_prompt
 
 log = logging.getLogger("studio.engine")
 
@@ -101,17 +102,6 @@ def load_model(
     return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
 
 
-def resolve_voice(voice_id: str) -> tuple[np.ndarray, int, str] | None:
-    """A saved voice's (prompt audio, sample rate, transcript) from the voice library, or None."""
-    from studio.settings import data_dir
-    from studio.voices import VoiceError, VoiceLibrary
-
-    try:
-        return VoiceLibrary(data_dir() / "voices").load_prompt(voice_id)
-    except VoiceError:
-        return None
-
-
 def build_spec(request: Synthesize, cancel: threading.Event | None = None):
     """Translate a protocol request into the runtime's SynthesisSpec.
 
@@ -127,7 +117,7 @@ def build_spec(request: Synthesize, cancel: threading.Event | None = None):
         "",
     )
     if request.voice_id and prompt_wav is None:
-        saved = resolve_voice(request.voice_id)
+        saved = saved_prompt(request.voice_id)
         if saved is None:
             spk_id = request.voice_id
         else:

@@ -141,9 +141,11 @@ class EngineWorker(EngineSignals):
 class EngineBridge(EngineSignals):
     """GUI-thread facade: owns the worker's QThread and re-emits its signals (queued across threads)."""
 
-    def __init__(self, parent: QObject | None = None, log_path: str | Path | None = None) -> None:
+    def __init__(
+        self, parent: QObject | None = None, log_path: str | Path | None = None, client=None
+    ) -> None:
         super().__init__(parent)
-        self.client = EngineClient(log_path)
+        self.client = client if client is not None else EngineClient(log_path)  # or a RemoteEngineClient
         self._thread: QThread | None = None
         self._worker: EngineWorker | None = None
         app = QCoreApplication.instance()
@@ -201,6 +203,11 @@ class EngineBridge(EngineSignals):
             self.start(load)
             return
         self._worker.commands.put(("restart", load))
+
+    def use_client(self, client) -> None:
+        """Talk to another engine from the next start (this computer's process or a server); stops first."""
+        self.shutdown()
+        self.client = client
 
     def shutdown(self, wait_ms: int = 60_000) -> bool:
         """Stop the engine and the worker thread; True when both ended within ``wait_ms``."""

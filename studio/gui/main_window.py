@@ -24,6 +24,8 @@ from studio.engine.protocol import EngineState, Error, Hello, LoadModel, State
 from studio.gui.bridge import EngineBridge
 from studio.gui.denoise import TakeDenoiser
 from studio.gui.disk_notices import KeptTakeNotice, folder_problems
+from studio.gui.engine_location import engine_client, is_remote, move_engine
+from studio.gui.engine_location import gpu_query as remote_gpu_query
 from studio.gui.engine_status import EngineStatus
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
@@ -70,7 +72,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("CosyVoice Studio")
         self.settings = settings
-        self.bridge = bridge or EngineBridge(self)
+        self.bridge = bridge or EngineBridge(self, client=engine_client(settings))
         self.jobs = BackgroundJobs(self)
         self.store = TakeStore(settings.resolved_output_dir())
         self.voices = VoiceLibrary(data_dir(create=False) / "voices")
@@ -85,6 +87,7 @@ class MainWindow(QMainWindow):
         self.text_panel = TextPanel()
         self.preview = PreviewPanel()
         self.takes_panel = TakesPanel(self.store)
+        gpu_query = gpu_query or remote_gpu_query(settings)
         self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
         self.first_run = FirstRunPanel(data_dir(create=False) / "models")
         self.engine_status = EngineStatus()
@@ -216,7 +219,8 @@ class MainWindow(QMainWindow):
     # -- engine --------------------------------------------------------------------------------------
     @property
     def has_model(self) -> bool:
-        return not missing_model_files(self.settings.model_dir)
+        """A model folder here, or a server that has its own."""
+        return is_remote(self.settings) or not missing_model_files(self.settings.model_dir)
 
     def start_engine(self) -> None:
         """Spawn the engine (and load the model when one is set); returns at once."""
@@ -396,6 +400,7 @@ class MainWindow(QMainWindow):
         self.voice_panel.refresh_devices(new.audio_input_device)
         self._apply_output_device()
         self._update_title()
+        move_engine(self, old, new)
         if engine_changed(old, new) and self.has_model:
             self.pages.setCurrentWidget(self.studio_page)
             self.restart_engine()

@@ -32,7 +32,15 @@ from studio.settings import BACKENDS, Settings
 from studio.vllm_options import VLLM_OPTION_NAMES, VLLM_OPTIONS, VllmOption
 
 #: Fields whose change needs the engine to reload the model.
-ENGINE_FIELDS = ("model_dir", "backend", "fp16", "vram_budget_gb", *VLLM_OPTION_NAMES)
+ENGINE_FIELDS = (
+    "model_dir",
+    "backend",
+    "fp16",
+    "vram_budget_gb",
+    "engine_url",
+    "engine_key",
+    *VLLM_OPTION_NAMES,
+)
 
 
 def _folder_row(edit: QLineEdit, caption: str) -> QWidget:
@@ -159,6 +167,23 @@ class SettingsDialog(QDialog):
         self.backend.currentIndexChanged.connect(self._show_engine_rows)
         self._show_engine_rows()
 
+        self.engine_where = QComboBox()
+        self.engine_where.addItem("This computer", "local")
+        self.engine_where.addItem("A server (cosyvoice-studio serve)", "server")
+        self.engine_where.setCurrentIndex(1 if settings.engine_url else 0)
+        self.engine_url = QLineEdit(settings.engine_url)
+        self.engine_url.setPlaceholderText("http://gpu-box:8080")
+        self.engine_key = QLineEdit(settings.engine_key)
+        self.engine_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.engine_key.setPlaceholderText("API key (empty: none)")
+        location = QGroupBox("Engine location")
+        self._location_form = QFormLayout(location)
+        self._location_form.addRow("Runs on", self.engine_where)
+        self._location_form.addRow("Server URL", self.engine_url)
+        self._location_form.addRow("API key", self.engine_key)
+        self.engine_where.currentIndexChanged.connect(self._show_location_rows)
+        self._show_location_rows()
+
         self.asr_model = QComboBox()
         self.asr_model.setEditable(True)
         self.asr_model.addItems([DEFAULT_ASR_MODEL, *SMALLER_ASR_MODELS])
@@ -184,9 +209,14 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        for group in (folders, engine, transcripts, audio):
+        for group in (folders, location, engine, transcripts, audio):
             layout.addWidget(group)
         layout.addWidget(buttons)
+
+    def _show_location_rows(self) -> None:
+        remote = self.engine_where.currentData() == "server"
+        for widget in (self.engine_url, self.engine_key):
+            self._location_form.setRowVisible(widget, remote)
 
     def _show_engine_rows(self) -> None:
         vllm = self.backend.currentData() == "vllm"
@@ -209,6 +239,8 @@ class SettingsDialog(QDialog):
             vram_budget_gb=round(self.vram_budget.value(), 2),
             **{option.name: _option_value(option, getattr(self, option.name)) for option in VLLM_OPTIONS},
             asr_model=self.asr_model.currentText().strip(),
+            engine_url=self.engine_url.text().strip() if self.engine_where.currentData() == "server" else "",
+            engine_key=self.engine_key.text().strip(),
             audio_input_device=self.input_device.currentData(),
             audio_output_device=self.output_device.currentData(),
         )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from studio.serve.formats import FORMATS, STREAMABLE, encode, pcm16, wav_stream_header
 from studio.serve.service import ServiceError, SpeechRequest, SpeechService
 
-MAX_JSON_BYTES = 1 << 20  # a speech request is text: 1 MiB is far beyond 4,096 characters
+MAX_JSON_BYTES = 4 << 20  # text, or text and a base64 reference recording (30 s of FLAC is ~0.7 MiB)
 MAX_UPLOAD_BYTES = 25 << 20  # a reference recording (the model uses at most 30 s of it)
 DISCONNECT_POLL_S = 0.2
 
@@ -26,7 +26,9 @@ DISCONNECT_POLL_S = 0.2
 class SpeechBody(BaseModel):
     model: str = "cosyvoice2"
     input: str
-    voice: str
+    voice: str = ""  # a voice of the library, or none with reference_audio
+    reference_audio: str = ""  # an extension for the studio: a base64 audio file used as the voice
+    reference_text: str = ""  # its transcript (empty: cross-lingual)
     response_format: str = "wav"
     speed: float = Field(1.0, gt=0)
     instructions: str = ""

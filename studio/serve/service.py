@@ -45,6 +45,8 @@ class SpeechRequest:
     instructions: str = ""
     seed: int | None = None
     stream: bool = False
+    reference_audio: str = ""  # base64 audio file: a voice sent with the request (the studio's remote engine)
+    reference_text: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,25 +112,39 @@ class SpeechService:
             raise ServiceError(
                 422, f"input is {len(body.input)} characters; at most {MAX_INPUT_CHARS}", "input"
             )
+        prompt, prompt_rate, transcript = self._voice(body)
+        spoken = Mode.ZERO_SHOT if transcript else Mode.CROSS_LINGUAL
+        mode = Mode.INSTRUCT if body.instructions.strip() else spoken
+        try:
+            return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=transcript,
+                              instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
+                              stream=True)  # fmt: skip
+        except RequestError as exc:
+            raise ServiceError(422, str(exc), exc.field) from None
+
+    def _voice(self, body: SpeechRequest) -> tuple[np.ndarray, int, str]:
+        """(prompt audio, its rate, transcript) of the library voice named, or of the reference sent."""
+        if body.reference_audio and not body.voice:
+            import base64
+            import binascii
+
+            from studio.serve.app import decode_upload
+
+            try:
+                data = base64.b64decode(body.reference_audio, validate=True)
+            except (binascii.Error, ValueError):
+                raise ServiceError(422, "reference_audio is not base64", "reference_audio") from None
+            samples, rate = decode_upload(data)
+            return samples, rate, body.reference_text.strip()
         try:
             voice = self.voices.get(body.voice)
-            prompt, prompt_rate, _transcript = self.voices.load_prompt(voice.slug)  # this server's library
+            prompt, rate, transcript = self.voices.load_prompt(voice.slug)  # this server's library
         except VoiceError:
             known = ", ".join(v.slug for v in self.voices.list()) or "none yet (POST /v1/voices)"
             raise ServiceError(
                 404, f"unknown voice {body.voice!r}; registered voices: {known}", "voice"
             ) from None
-        mode = (
-            Mode.INSTRUCT
-            if body.instructions.strip()
-            else (Mode.ZERO_SHOT if voice.transcript else Mode.CROSS_LINGUAL)
-        )
-        try:
-            return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=voice.transcript,
-                              instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
-                              stream=True)  # fmt: skip
-        except RequestError as exc:
-            raise ServiceError(422, str(exc), exc.field) from None
+        return prompt, rate, transcript
 
     async def chunks(self, request: Synthesize) -> AsyncIterator[np.ndarray]:
         """The take's audio chunks (float32, ``sample_rate``) as they are made; closing this iterator
@@ -172,6 +188,6 @@ class SpeechService:
                     raise payload
         finally:
             cancel.set()  # a no-op for a finished take; stops one whose client went away
+            self.metrics.request(outcome)  # counted before the take leaves the active list
             with self._lock:
                 self.active.pop(request.request_id, None)
-            self.metrics.request(outcome)

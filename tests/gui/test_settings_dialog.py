@@ -57,3 +57,21 @@ def test_with_a_gpu_its_name_and_options_are_shown(qtbot):
     dialog.show()
     assert "RTX 5090" in dialog.gpu_note.text()
     assert dialog.option_shown("fp16") and dialog.option_shown("gpu_memory_utilization")
+
+
+def test_the_engine_can_live_on_a_server(qtbot):
+    dialog = SettingsDialog(Settings(), gpus=([], "none"))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert dialog.engine_url.isHidden()  # this computer: no URL to type
+    dialog.engine_where.setCurrentIndex(dialog.engine_where.findData("server"))
+    assert not dialog.engine_url.isHidden() and not dialog.engine_key.isHidden()
+    dialog.engine_url.setText("http://gpu-box:8080")
+    dialog.engine_key.setText("secret")
+    new = dialog.result_settings()
+    assert (new.engine_url, new.engine_key) == ("http://gpu-box:8080", "secret")
+    assert engine_changed(Settings(), new)  # switching place restarts the engine
+    dialog.engine_where.setCurrentIndex(0)
+    assert dialog.result_settings().engine_url == ""
+    with pytest.raises(ValueError, match="http"):
+        Settings(engine_url="gpu-box:8080")

@@ -60,7 +60,9 @@ def test_a_registered_voice_speaks_a_24khz_wav(client, voice_id):
 
 @pytest.mark.parametrize("fmt", ["flac", "mp3", "opus"])
 def test_other_formats_decode(client, voice_id, fmt):
-    answer = client.post("/v1/audio/speech", json={"input": "Short.", "voice": voice_id, "response_format": fmt})
+    answer = client.post(
+        "/v1/audio/speech", json={"input": "Short.", "voice": voice_id, "response_format": fmt}
+    )
     assert answer.status_code == 200, answer.text
     audio, _rate = sf.read(io.BytesIO(answer.content), dtype="float32")
     assert audio.size > 0
@@ -116,7 +118,7 @@ def test_bad_requests_say_what_is_wrong(client, voice_id, body, status, words):
 
 
 def test_an_oversize_body_is_refused_with_413(client):
-    answer = client.post("/v1/audio/speech", content=b"{" + b" " * (2 << 20) + b"}",
+    answer = client.post("/v1/audio/speech", content=b"{" + b" " * (5 << 20) + b"}",
                          headers={"content-type": "application/json"})  # fmt: skip
     assert answer.status_code == 413 and "at most" in answer.json()["error"]["message"]
 
@@ -153,7 +155,9 @@ def test_eight_concurrent_requests_all_succeed(server, voice_id):
         thread.start()
     for thread in threads:
         thread.join(300)
-    assert sorted(results) == list(range(8)) and all(code == 200 and size > 44 for code, size in results.values())
+    assert sorted(results) == list(range(8)) and all(
+        code == 200 and size > 44 for code, size in results.values()
+    )
 
 
 def test_a_voice_can_be_deleted_and_bad_uploads_are_refused(client):
@@ -166,3 +170,15 @@ def test_a_voice_can_be_deleted_and_bad_uploads_are_refused(client):
     assert broken.status_code == 422 and "not audio" in broken.json()["error"]["message"]
     assert client.delete(f"/v1/voices/{made.json()['id']}").json()["deleted"] is True
     assert client.delete(f"/v1/voices/{made.json()['id']}").status_code == 404
+
+
+def test_a_reference_sent_with_the_request_is_the_voice(client):
+    import base64
+
+    body = {"input": "Spoken in the sent voice.", "reference_text": "A calm voice reads a few words.",
+            "reference_audio": base64.b64encode(_wav_bytes(3.0, 16000)).decode()}  # fmt: skip
+    answer = client.post("/v1/audio/speech", json=body)
+    assert answer.status_code == 200, answer.text
+    assert sf.info(io.BytesIO(answer.content)).samplerate == RATE
+    bad = client.post("/v1/audio/speech", json={**body, "reference_audio": "!!not base64!!"})
+    assert bad.status_code == 422 and "base64" in bad.json()["error"]["message"]

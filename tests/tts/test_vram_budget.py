@@ -27,7 +27,11 @@ def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     cap = plan.process_fraction * 140 * GIB  # PyTorch's share: the rest less what CUDA holds outside it
     assert cap == pytest.approx(24 * GIB - plan.vllm - 1.5 * GIB)
     assert plan.resident + plan.flow_arena + plan.takes < cap
-    assert plan.takes > 8 * GIB and plan.takes == pytest.approx(plan.flow_arena, abs=1) and "takes" in plan.describe()
+    assert (
+        plan.takes > 8 * GIB
+        and plan.takes == pytest.approx(plan.flow_arena, abs=1)
+        and "takes" in plan.describe()
+    )
     no_vllm = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=False)
     assert no_vllm.vllm == 0 and no_vllm.takes > plan.takes
 
