@@ -31,6 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="Whisper folder or hub id to transcribe voices uploaded without a transcript")  # fmt: skip
     parser.add_argument("--voices", metavar="DIR", help="voice library folder (default: the studio's)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ray", action="store_true", help="scale out on Ray Serve (local Ray, or RAY_ADDRESS)"
+    )
+    parser.add_argument("--replicas", default="1", metavar="N|auto", help="Ray Serve replicas (auto: 1-8)")
+    parser.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
+                        help="GPUs each replica takes (default: 1 with --backend vllm on a GPU machine, else 0)")  # fmt: skip
     from studio.commands.vllm_flags import add_vllm_arguments
 
     add_vllm_arguments(parser)
@@ -85,10 +91,41 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not key:
         log.warning("serving on %s without an API key: anyone who reaches this port can use it "
                     "(--api-key or --api-key-file)", args.host)  # fmt: skip
+    if args.ray:
+        return run_on_ray(args, key)
     service = build_service(args)
     threading.Thread(target=service.load, name="load-model", daemon=True).start()  # /health says "loading"
     try:
         uvicorn.run(create_app(service, key), host=args.host, port=args.port, log_level="info")
     finally:
         service.close()
+    return 0
+
+
+def run_on_ray(args: argparse.Namespace, key: str | None) -> int:
+    try:
+        from studio.serve.ray_app import ReplicaSpec, run
+    except ImportError as exc:
+        print(
+            f"error: --ray needs Ray Serve ({exc.name} is missing): pip install 'ray[serve]'", file=sys.stderr
+        )
+        return 2
+    from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
+    from studio.settings import data_dir
+
+    if args.replicas != "auto" and not args.replicas.isdigit():
+        print("error: --replicas is a number or auto", file=sys.stderr)
+        return 2
+    gpus = args.gpus_per_replica
+    if gpus is None:
+        from studio.gpu.nvml import NvmlUnavailable, query_gpus
+
+        try:
+            gpus = 1.0 if query_gpus() else 0.0
+        except NvmlUnavailable:
+            gpus = 0.0
+    voices = str(Path(args.voices).expanduser() if args.voices else data_dir() / "voices")
+    spec = ReplicaSpec(str(Path(args.model).resolve()), voices, args.backend, args.fp16, vram_budget_from(args),
+                       key, vllm_options_from(args), args.asr_model)  # fmt: skip
+    run(spec, args.host, args.port, args.replicas if args.replicas == "auto" else int(args.replicas), gpus)
     return 0

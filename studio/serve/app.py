@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import io
+import os
+import socket
 from typing import Annotated, Any
 
 import numpy as np
@@ -49,6 +51,7 @@ def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
 
 def create_app(service: SpeechService, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="CosyVoice Studio speech API", docs_url=None, redoc_url=None)
+    served_by = f"{socket.gethostname()}:{os.getpid()}"
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -60,7 +63,9 @@ def create_app(service: SpeechService, api_key: str | None = None) -> FastAPI:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return _error(413, f"the request body is {int(length)} bytes; at most {limit} here")
-        return await call_next(request)
+        response = await call_next(request)
+        response.headers["X-Served-By"] = served_by  # which process (Ray Serve replica) answered
+        return response
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
