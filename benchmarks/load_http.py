@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import platform
 import statistics
@@ -23,13 +22,9 @@ TEXT = "The quick brown fox jumps over the lazy dog, and the server keeps readin
 
 
 def loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    from studio.commands.serve import is_loopback
+
+    return is_loopback(urlparse(url).hostname or "")
 
 
 def percentile(values: list[float], share: float) -> float | None:

@@ -81,3 +81,18 @@ def no_dangling_threads_or_timers(monkeypatch, qapp):
         if thread.is_alive():
             leaks.append(f"thread {thread.name!r}")
     assert not leaks, f"the test left these running: {leaks}"
+
+
+@pytest.fixture
+def window(qtbot, monkeypatch, tmp_path, tiny_model_dir):
+    """The studio window on the tiny model, with a takes folder of its own and no engine (tested elsewhere)."""
+    from studio.gui.app import create_window
+    from studio.settings import Settings
+
+    studio = create_window(
+        Settings(model_dir=str(tiny_model_dir), output_dir=str(tmp_path / "takes"), asr_model="")
+    )
+    qtbot.addWidget(studio)
+    monkeypatch.setattr(studio, "start_engine", lambda: None)
+    yield studio
+    studio.shutdown()

@@ -21,19 +21,6 @@ from studio.takes import TakeStore
 pytestmark = pytest.mark.gui
 
 
-@pytest.fixture
-def window(qtbot, monkeypatch, tmp_path, tiny_model_dir):
-    from studio.gui.app import create_window
-
-    studio = create_window(
-        Settings(model_dir=str(tiny_model_dir), output_dir=str(tmp_path / "takes"), asr_model="")
-    )
-    qtbot.addWidget(studio)
-    monkeypatch.setattr(studio, "start_engine", lambda: None)  # the engine is tested elsewhere
-    yield studio
-    studio.shutdown()
-
-
 def _add_take(store: TakeStore, name="first take", seconds=0.5):
     return store.add(0.1 * np.sin(np.arange(int(24000 * seconds)) * 0.05).astype(np.float32), 24000,
                      text=name, name=name)  # fmt: skip

@@ -12,22 +12,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from studio.engine.warmup import synthetic_voice
 from studio.request import Mode
-from studio.settings import Settings
 
 pytestmark = pytest.mark.gui
-
-
-@pytest.fixture
-def window(qtbot, monkeypatch, tmp_path, tiny_model_dir):
-    from studio.gui.app import create_window
-
-    studio = create_window(
-        Settings(model_dir=str(tiny_model_dir), output_dir=str(tmp_path / "takes"), asr_model="")
-    )
-    qtbot.addWidget(studio)
-    monkeypatch.setattr(studio, "start_engine", lambda: None)  # the engine is tested elsewhere
-    yield studio
-    studio.shutdown()
 
 
 def _take(window, text, **fields):

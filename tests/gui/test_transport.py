@@ -9,24 +9,10 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from studio.engine.warmup import synthetic_voice
-from studio.settings import Settings
 
 pytestmark = pytest.mark.gui
 
 RATE = 24000
-
-
-@pytest.fixture
-def window(qtbot, monkeypatch, tmp_path, tiny_model_dir):
-    from studio.gui.app import create_window
-
-    studio = create_window(
-        Settings(model_dir=str(tiny_model_dir), output_dir=str(tmp_path / "takes"), asr_model="")
-    )
-    qtbot.addWidget(studio)
-    monkeypatch.setattr(studio, "start_engine", lambda: None)  # the engine is tested elsewhere
-    yield studio
-    studio.shutdown()
 
 
 def _tone(seconds: float, rate: int = RATE) -> np.ndarray:

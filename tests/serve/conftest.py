@@ -12,7 +12,7 @@ import pytest
 API_KEY = "test-key-123"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -31,7 +31,7 @@ def server(tiny_model_dir, tmp_path_factory):
     torch.set_num_threads(1)  # two cores: one intra-op thread per take keeps concurrent takes quick
     voices = VoiceLibrary(tmp_path_factory.mktemp("voices"))
     service = SpeechService(str(tiny_model_dir), voices, backend="pytorch", warmup=False)
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(create_app(service, API_KEY), host="127.0.0.1", port=port, log_level="warning")
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, name="uvicorn", daemon=True)

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import io
-import socket
 import threading
 
 import pytest
 import soundfile as sf
 
 from studio.engine.warmup import synthetic_voice
+from tests.serve.conftest import free_port
 
 KEY = "ray-key"
 
@@ -22,9 +22,7 @@ def test_two_replicas_both_answer_the_speech_api(tiny_model_dir, tmp_path):
 
     from studio.serve.ray_app import ReplicaSpec, deployment
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

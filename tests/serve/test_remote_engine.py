@@ -4,7 +4,6 @@ and the studio window itself generating and saving a take through it."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -15,7 +14,7 @@ from studio.engine.client import EngineError
 from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
 from studio.engine.remote_client import RemoteEngineClient
 from studio.engine.warmup import synthetic_voice
-from tests.serve.conftest import API_KEY
+from tests.serve.conftest import API_KEY, free_port
 
 
 def _events_until(client, kinds, timeout=120.0):
@@ -61,9 +60,7 @@ def test_a_take_streams_back_and_stop_cancels_it(server):
 
 def test_a_wrong_key_or_no_server_fails_clearly(server):
     base, _service = server
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        free = sock.getsockname()[1]
+    free = free_port()
     with pytest.raises(EngineError, match="cannot reach the engine server"):
         RemoteEngineClient(f"http://127.0.0.1:{free}").start()
     client = RemoteEngineClient(base, "wrong-key", poll_seconds=0.2)
@@ -82,9 +79,7 @@ def test_a_server_that_goes_away_reads_like_a_crash(server):
     from studio.serve.app import create_app
 
     _base, service = server
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     second = uvicorn.Server(uvicorn.Config(create_app(service, API_KEY), host="127.0.0.1", port=port,
                                            log_level="warning"))  # fmt: skip
     thread = threading.Thread(target=second.run, daemon=True)
