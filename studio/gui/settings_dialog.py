@@ -140,9 +140,11 @@ class SettingsDialog(QDialog):
         self.gpu_note = QLabel(
             f"GPU: {', '.join(self.gpu_names)}"
             if self.gpu_names
-            else f"No NVIDIA GPU found ({why_no_gpu or 'NVML saw none'}): the engine runs on the CPU, "
-            "so the GPU options (fp16, vLLM memory share, CUDA graphs) are hidden."
+            else "No NVIDIA GPU found: the engine runs on the CPU; the GPU options are hidden."
         )
+        if not self.gpu_names:  # the reason, and what is hidden, on hover: the dialog fits 1280x720
+            self.gpu_note.setToolTip(f"{why_no_gpu or 'NVML saw no GPU'}. Hidden: fp16, the VRAM budget, "
+                                     "vLLM's memory share and CUDA graphs.")  # fmt: skip
         self.gpu_note.setObjectName("Hint")
         self.gpu_note.setWordWrap(True)
         form.addRow("", self.gpu_note)

@@ -42,7 +42,7 @@ def test_without_a_gpu_the_gpu_options_are_hidden_and_keep_their_values(qtbot):
     dialog = SettingsDialog(settings, gpus=([], "the NVIDIA driver reports no GPU"))
     qtbot.addWidget(dialog)
     dialog.show()
-    assert "No NVIDIA GPU found" in dialog.gpu_note.text() and "reports no GPU" in dialog.gpu_note.text()
+    assert "No NVIDIA GPU found" in dialog.gpu_note.text() and "reports no GPU" in dialog.gpu_note.toolTip()
     assert not dialog.option_shown("fp16") and not dialog.option_shown("gpu_memory_utilization")
     assert not dialog.option_shown("enforce_eager") and dialog.option_shown("max_num_seqs")
     dialog.backend.setCurrentIndex(dialog.backend.findData("pytorch"))
