@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import io
 import os
 import socket
 from typing import Annotated, Any
@@ -181,16 +180,3 @@ def _gpus() -> list[dict[str, Any]] | None:
                  "utilization_percent": g.utilization_percent} for g in query_gpus()]  # fmt: skip
     except Exception:  # noqa: BLE001 - no NVIDIA GPU here
         return None
-
-
-def decode_upload(data: bytes) -> tuple[np.ndarray, int]:
-    """An uploaded recording as float32 mono; a ServiceError (422) when it is not audio."""
-    import soundfile as sf
-
-    try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except Exception as exc:  # noqa: BLE001 - libsndfile's reasons vary
-        raise ServiceError(
-            422, f"the uploaded file is not audio libsndfile can read: {exc}", "audio"
-        ) from None
-    return samples.mean(axis=1), int(rate)

@@ -1,11 +1,14 @@
 """The response formats of ``/v1/audio/speech``: whole files through libsndfile (WAV, FLAC, MP3, Opus), raw
-PCM, and the two that stream: PCM (s16le) and WAV with an open-ended header."""
+PCM, and the two that stream: PCM (s16le) and WAV with an open-ended header; and uploaded audio decoded."""
 
 from __future__ import annotations
 
+import io
 import struct
 
 import numpy as np
+
+from studio.serve.service import ServiceError
 
 #: response_format -> (media type, libsndfile container, subtype); "pcm" is raw s16le, no container
 FORMATS = {
@@ -20,7 +23,10 @@ OPEN_ENDED = 0xFFFFFFFF  # a RIFF size meaning "until the stream ends" (players 
 
 
 def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    """s16le, scaled, rounded and clipped as exported WAVs are (`studio.audio.export.to_fixed_point`)."""
+    from studio.audio.export import to_fixed_point
+
+    return to_fixed_point(samples, 32767)[0].astype("<i2").tobytes()
 
 
 def wav_stream_header(sample_rate: int) -> bytes:
@@ -44,3 +50,16 @@ def encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes
     from studio.audio.export import encode_audio
 
     return encode_audio(np.asarray(samples, dtype=np.float32), sample_rate, container, subtype)
+
+
+def decode_upload(data: bytes) -> tuple[np.ndarray, int]:
+    """An uploaded recording as float32 mono; a ServiceError (422) when it is not audio."""
+    import soundfile as sf
+
+    try:
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as exc:  # noqa: BLE001 - libsndfile's reasons vary
+        raise ServiceError(
+            422, f"the uploaded file is not audio libsndfile can read: {exc}", "audio"
+        ) from None
+    return samples.mean(axis=1), int(rate)

@@ -128,7 +128,7 @@ class SpeechService:
             import base64
             import binascii
 
-            from studio.serve.app import decode_upload
+            from studio.serve.formats import decode_upload
 
             try:
                 data = base64.b64decode(body.reference_audio, validate=True)

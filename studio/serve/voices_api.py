@@ -13,7 +13,7 @@ MAX_UPLOAD_SECONDS = 120.0
 def register_voice(service, name: str, data: bytes, transcript: str, overwrite: bool) -> Voice:
     from studio.audio.clean import CleanOptions, clean_prompt
     from studio.audio.errors import AudioError
-    from studio.serve.app import decode_upload
+    from studio.serve.formats import decode_upload
 
     if not name.strip():
         raise ServiceError(422, "a voice needs a name", "name")
