@@ -123,17 +123,52 @@ def test_an_oversize_body_is_refused_with_413(client):
     assert answer.status_code == 413 and "at most" in answer.json()["error"]["message"]
 
 
-def test_a_client_that_disconnects_cancels_its_take(server, client, voice_id):
+@pytest.fixture
+def paced_engine(monkeypatch):
+    """The real engine, paused after each chunk like a slow card: the tiny model can otherwise finish a take
+    before its first bytes reach the client. Yields the stats of the takes it ran."""
+    from studio.engine import runner
+
+    real_run_take, finished = runner.run_take, []
+
+    def paced_run_take(model, request, *, on_chunk=None, **kwargs):
+        def paced(samples):
+            on_chunk(samples)
+            time.sleep(0.3)
+
+        finished.append(real_run_take(model, request, on_chunk=paced, **kwargs))
+        return finished[-1]
+
+    monkeypatch.setattr(runner, "run_take", paced_run_take)
+    return finished
+
+
+def test_a_streamed_take_arrives_whole_while_the_client_reads(client, voice_id, paced_engine):
+    body = {"input": "A streamed take on a slow card, read to its end by a patient client.",
+            "voice": voice_id, "response_format": "pcm", "stream": True, "seed": 3}  # fmt: skip
+    for _ in range(3):
+        with client.stream("POST", "/v1/audio/speech", json=body) as answer:
+            data = b"".join(answer.iter_raw())
+        stats = paced_engine[-1]
+        assert not stats.cancelled
+        assert len(data) == 2 * round(stats.audio_seconds * RATE)
+
+
+def test_a_client_that_disconnects_cancels_its_take(server, client, voice_id, paced_engine):
     base, service = server
     body = {"input": "This take is long enough to be abandoned well before it ends by itself, " * 3,
             "voice": voice_id, "response_format": "pcm", "stream": True}  # fmt: skip
     with client.stream("POST", "/v1/audio/speech", json=body) as answer:
-        next(answer.iter_raw())  # the first audio arrived: the take runs
+        pieces = answer.iter_raw()  # held: a dropped iterator closes the connection at once
+        next(pieces)  # the first audio arrived: the take runs
         assert len(service.active) == 1
     deadline = time.monotonic() + 30
     while service.active and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not service.active  # no orphan take in the engine
+    while not paced_engine and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert paced_engine and paced_engine[-1].cancelled  # the engine stopped it, it did not end by itself
     metrics = client.get("/metrics").text
     assert 'cosyvoice_speech_requests_total{outcome="cancelled"}' in metrics
 
