@@ -17,6 +17,7 @@ from studio import __version__
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "studio.commands.synth",
+    "studio.commands.render",
     "studio.commands.transcribe",
     "studio.commands.bench",
     "studio.commands.serve",

@@ -29,11 +29,16 @@ _MAX_NAME_BYTES = 200
 
 
 class ExportFormat(enum.Enum):
-    """Formats a take can be exported in: (container, libsndfile subtype, suffix, full-scale integer)."""
+    """Formats a take can be exported in: (container, libsndfile subtype, suffix, full-scale integer).
+
+    The lossy ones (MP3, Ogg Vorbis, Opus) are encoded by libsndfile itself (>= 1.1): no ffmpeg."""
 
     WAV_INT16 = ("WAV", "PCM_16", ".wav", 32767)
     WAV_FLOAT32 = ("WAV", "FLOAT", ".wav", None)
     FLAC = ("FLAC", "PCM_24", ".flac", 8388607)
+    MP3 = ("MP3", "MPEG_LAYER_III", ".mp3", None)
+    OGG_VORBIS = ("OGG", "VORBIS", ".ogg", None)
+    OPUS = ("OGG", "OPUS", ".opus", None)
 
     @property
     def container(self) -> str:
@@ -51,16 +56,54 @@ class ExportFormat(enum.Enum):
     def full_scale(self) -> int | None:
         return self.value[3]
 
+    @property
+    def lossy(self) -> bool:
+        return self in (ExportFormat.MP3, ExportFormat.OGG_VORBIS, ExportFormat.OPUS)
+
+    def check_rate(self, sample_rate: int) -> None:
+        """Opus and MP3 take only some rates; say which before anything is encoded."""
+        allowed = _RATES.get(self)
+        if allowed and sample_rate not in allowed:
+            rates = ", ".join(str(rate) for rate in allowed)
+            raise ExportError(f"{self.label} needs a sample rate of {rates} Hz, not {sample_rate} Hz.")
+
+    @property
+    def label(self) -> str:
+        return {"WAV_INT16": "WAV (16-bit)", "WAV_FLOAT32": "WAV (32-bit float)", "FLAC": "FLAC",
+                "MP3": "MP3", "OGG_VORBIS": "Ogg Vorbis", "OPUS": "Opus"}[self.name]  # fmt: skip
+
     @classmethod
     def parse(cls, name: str) -> ExportFormat:
-        """Accept ``wav16``/``int16``, ``wav32f``/``float32`` and ``flac`` (any case)."""
+        """Accept ``wav16``/``int16``, ``wav32f``/``float32``, ``flac``, ``mp3``, ``ogg``/``vorbis`` and
+        ``opus`` (any case)."""
         aliases = {"wav": cls.WAV_INT16, "wav16": cls.WAV_INT16, "int16": cls.WAV_INT16, "wav_int16": cls.WAV_INT16,
                    "wav32f": cls.WAV_FLOAT32, "float32": cls.WAV_FLOAT32, "wav_float32": cls.WAV_FLOAT32,
-                   "flac": cls.FLAC}  # fmt: skip
+                   "flac": cls.FLAC, "mp3": cls.MP3, "ogg": cls.OGG_VORBIS, "vorbis": cls.OGG_VORBIS,
+                   "ogg_vorbis": cls.OGG_VORBIS, "opus": cls.OPUS}  # fmt: skip
         try:
             return aliases[name.strip().lower()]
         except KeyError:
-            raise ExportError(f"Unknown export format {name!r}; use wav16, wav32f or flac.") from None
+            raise ExportError(
+                f"Unknown export format {name!r}; use wav16, wav32f, flac, mp3, ogg or opus."
+            ) from None
+
+
+_RATES = {
+    ExportFormat.OPUS: (8000, 12000, 16000, 24000, 48000),
+    ExportFormat.MP3: (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
+}
+OUTPUT_RATES = (16000, 22050, 24000, 44100, 48000)  # the rates offered for export (soxr resamples)
+
+
+def resample(samples: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """``samples`` at ``to_rate`` (soxr, high quality); the same array when the rates agree."""
+    if from_rate == to_rate:
+        return samples
+    import soxr
+
+    return soxr.resample(np.asarray(samples, dtype=np.float32), from_rate, to_rate, quality="HQ").astype(
+        np.float32
+    )
 
 
 @dataclass
@@ -174,7 +217,14 @@ def write_audio(
     if target.exists() and not overwrite:
         raise OutputExistsError(f"{target.name} already exists in {target.parent}; it was not overwritten.")
     result = ExportResult(target, fmt, sample_rate)
-    if fmt.full_scale is None:
+    fmt.check_rate(sample_rate)
+    if fmt.lossy:  # encoders clip at full scale anyway; clip here so the count is ours
+        over = int(np.count_nonzero(np.abs(samples) > 1.0))
+        data = np.clip(samples, -1.0, 1.0)
+        result.clipped_samples = over
+        if over:
+            result.warnings.append(f"{over} samples were past full scale and were clipped in {target.name}.")
+    elif fmt.full_scale is None:
         data = samples
         over = int(np.count_nonzero(np.abs(samples) > 1.0))
         if over:

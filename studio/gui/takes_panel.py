@@ -35,7 +35,8 @@ from studio.gui.elided_label import ElidedLabel
 from studio.gui.take_details import TakeDetails, first_audio_latency
 from studio.takes import Take, TakeError, TakeStore
 
-EXPORT_FORMATS = (("wav16", "WAV 16-bit"), ("wav32f", "WAV 32-bit float"), ("flac", "FLAC"))
+EXPORT_FORMATS = (("wav16", "WAV 16-bit"), ("wav32f", "WAV 32-bit float"), ("flac", "FLAC"), ("mp3", "MP3"),
+                  ("ogg", "Ogg Vorbis"), ("opus", "Opus"))  # fmt: skip
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
 

@@ -1,0 +1,227 @@
+"""Rendering a script: plan the lines (voices checked, unchanged lines reused), render the others a few at a
+time through any synthesiser (the engine in this process, or the engine process), write one file per line
+as each finishes, then join them into one track with subtitles. Audio is never all in memory at once: a
+line's samples live until its file is written; the join reads the files back one by one.
+
+Usage::
+
+    render = ScriptRender(folder, voices, settings, model_rate=24000)
+    records = render.plan(read_script(path, default_voice), resume=True)
+    render.run(records, synthesize, concurrency=4, on_line=print)   # synthesize(request, cancel) -> (audio, rate)
+    joined = render.join(records, subtitles=True)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from studio.audio.export import ExportFormat, resample, write_audio
+from studio.request import Mode
+from studio.script.assemble import Cue, Joiner, srt_text, vtt_text
+from studio.script.manifest import (
+    LineRecord,
+    RenderSettings,
+    VoicePrompt,
+    line_key,
+    line_seed,
+    load_manifest,
+    save_manifest,
+)
+from studio.script.parse import ScriptError, ScriptLine
+
+Synthesizer = Callable[[object, threading.Event], tuple[np.ndarray, int]]
+JOINED_STEM = "joined"
+STAGING = ".resume"
+
+
+@dataclass
+class JoinResult:
+    path: Path | None  # None when a line failed (the join would have a hole)
+    seconds: float
+    subtitles: list[Path]
+    missing: list[int]
+
+
+def line_request(line: ScriptLine, voice: VoicePrompt, seed: int | None, speed: float):
+    """The engine's take for one line: instruct with an instruction, zero-shot with a transcript, else
+    cross-lingual."""
+    from studio.engine.protocol import Synthesize
+
+    mode = Mode.INSTRUCT if line.instruction else Mode.ZERO_SHOT if voice.transcript else Mode.CROSS_LINGUAL
+    return Synthesize(line.text, mode=mode, prompt_wav=voice.samples, prompt_sr=voice.sample_rate,
+                      prompt_text=voice.transcript, instruct=line.instruction, speed=speed, seed=seed,
+                      stream=False)  # fmt: skip
+
+
+class ScriptRender:
+    def __init__(self, folder: str | os.PathLike, voices: Mapping[str, VoicePrompt], settings: RenderSettings,
+                 model_rate: int):  # fmt: skip
+        self.folder = Path(folder)
+        self.voices = {name.casefold(): voice for name, voice in voices.items()}
+        self.settings = settings
+        self.fmt = ExportFormat.parse(settings.format)
+        self.rate = settings.sample_rate or model_rate
+        self.fmt.check_rate(self.rate)
+        self.lines: dict[int, ScriptLine] = {}
+
+    # -- planning ----------------------------------------------------------------------------------
+    def voice_of(self, line: ScriptLine) -> VoicePrompt:
+        try:
+            return self.voices[line.voice.casefold()]
+        except KeyError:
+            known = ", ".join(sorted(v.name for v in self.voices.values())) or "none"
+            raise ScriptError(f"unknown voice {line.voice!r} (voices: {known})", line.source_line) from None
+
+    def file_name(self, number: int, count: int) -> str:
+        return f"{number:0{max(3, len(str(count)))}d}{self.fmt.suffix}"
+
+    def plan(self, lines: Iterable[ScriptLine], resume: bool = False) -> list[LineRecord]:
+        """One record per line; every voice is checked before anything renders. With ``resume`` a line
+        whose key matches a finished line of the earlier render keeps that file (moved if it moved)."""
+        before = load_manifest(self.folder) if resume else []
+        earlier = {r.key: r for r in before if r.done}
+        records = []
+        for line in lines:
+            voice = self.voice_of(line)
+            key = line_key(line, voice, self.settings)
+            seed = self._seed(line, earlier.get(key))
+            self.lines[line.number] = line
+            records.append(LineRecord(line.number, voice.name, line.text, line.instruction, line.paragraph_before,
+                                      seed, key))  # fmt: skip
+        if not records:
+            raise ScriptError("the script has no lines to say")
+        for record in records:
+            record.file = self.file_name(record.number, len(records))
+        self._reuse(records, earlier)
+        self._remove_superseded(before, records)
+        return records
+
+    def _remove_superseded(self, before: list[LineRecord], records: list[LineRecord]) -> None:
+        """Files of the earlier render that no line uses any more (a removed or changed line): derived
+        audio whose source is gone, so a shorter script does not leave 051.wav behind. Files of another
+        format are another export and stay."""
+        kept = {r.file for r in records}
+        for old in before:
+            if old.file and old.file not in kept and old.file.endswith(self.fmt.suffix):
+                (self.folder / old.file).unlink(missing_ok=True)
+
+    def _seed(self, line: ScriptLine, old: LineRecord | None) -> int:
+        if self.settings.seed is not None:
+            return line_seed(line, self.settings.seed)
+        return old.seed if old is not None and old.seed is not None else random.randrange(2**31)
+
+    def _reuse(self, records: list[LineRecord], earlier: dict[str, LineRecord]) -> None:
+        """Stage reusable files aside first (a file may move to a name another one still holds)."""
+        staging = self.folder / STAGING
+        moves = []
+        for record in records:
+            old = earlier.get(record.key)
+            if old is None or not (self.folder / old.file).is_file():
+                continue
+            moves.append((record, old))
+        if moves:
+            staging.mkdir(exist_ok=True)
+        for record, old in moves:
+            os.replace(self.folder / old.file, staging / f"{record.key}{self.fmt.suffix}")
+        for record, old in moves:
+            os.replace(staging / f"{record.key}{self.fmt.suffix}", self.folder / record.file)
+            record.status, record.seconds, record.notes = "reused", old.seconds, old.notes
+        if moves:
+            staging.rmdir()
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def run(self, records: list[LineRecord], synthesize: Synthesizer, concurrency: int = 4,
+            on_line: Callable[[LineRecord], None] | None = None,
+            cancel: threading.Event | None = None) -> None:  # fmt: skip
+        """Render every pending line, ``concurrency`` at a time; a line that fails is marked failed (with
+        the reason) and the others go on. ``cancel`` stops at the lines in flight."""
+        cancel = cancel or threading.Event()
+        pending = iter([r for r in records if not r.done])
+        running: dict[Future, LineRecord] = {}
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="line") as pool:
+            while True:
+                while len(running) < max(1, concurrency) and not cancel.is_set():
+                    record = next(pending, None)
+                    if record is None:
+                        break
+                    running[pool.submit(self.render_line, record, synthesize, cancel)] = record
+                if not running:
+                    return
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    record = running.pop(future)
+                    if on_line is not None:
+                        on_line(record)
+
+    def render_line(self, record: LineRecord, synthesize: Synthesizer, cancel: threading.Event) -> LineRecord:
+        line = self.lines[record.number]
+        try:
+            audio, rate = synthesize(line_request(line, self.voice_of(line), record.seed, self.settings.speed),
+                                     cancel)  # fmt: skip
+            if cancel.is_set():
+                record.status, record.error = "pending", "stopped"
+                return record
+            self.finish_line(record, audio, rate)
+        except Exception as exc:  # noqa: BLE001 - one line's failure is reported, the others go on
+            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+        return record
+
+    def finish_line(self, record: LineRecord, audio: np.ndarray, rate: int) -> None:
+        """Resample, normalise and write one line's file (replacing an older take of it)."""
+        from studio.audio.loudness import normalise
+
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.size == 0:
+            raise ValueError("the model produced no audio")
+        audio = resample(audio, rate, self.rate)
+        notes = []
+        if self.settings.loudness_lufs is not None:
+            level = normalise(audio, self.rate, self.settings.loudness_lufs, self.settings.ceiling_dbtp)
+            audio = level.samples
+            notes += [level.note(self.settings.loudness_lufs)] if level.peak_limited else []
+        result = write_audio(self.folder / record.file, audio, self.rate, self.fmt, overwrite=True)
+        record.seconds, record.notes = audio.size / self.rate, notes + result.warnings
+        record.status, record.error = "rendered", ""
+
+    # -- joining -----------------------------------------------------------------------------------
+    def gap_before(self, record: LineRecord) -> float:
+        return self.settings.paragraph_s if record.paragraph_before else self.settings.gap_s
+
+    def join(self, records: list[LineRecord], subtitles: bool = True) -> JoinResult:
+        """``joined.EXT`` from the line files in order, each line's cue, and ``joined.srt``/``.vtt``."""
+        import soundfile as sf
+
+        from studio.audio.stream_writer import StreamingAudioWriter
+
+        missing = [r.number for r in records if not r.done]
+        if missing:
+            return JoinResult(None, 0.0, [], missing)
+        target = self.folder / f"{JOINED_STEM}{self.fmt.suffix}"
+        with StreamingAudioWriter(target, self.rate, self.fmt) as out:
+            joiner = Joiner(out.write, self.rate)
+            for record in records:
+                samples, rate = sf.read(self.folder / record.file, dtype="float32", always_2d=True)
+                samples = resample(samples.mean(axis=1), rate, self.rate)
+                record.start_s, record.end_s = joiner.add(samples, self.gap_before(record))
+            frames = joiner.close()
+        written = []
+        if subtitles:
+            cues = [Cue(r.start_s, r.end_s, r.text, r.voice) for r in records]
+            for suffix, text in ((".srt", srt_text(cues)), (".vtt", vtt_text(cues))):
+                from studio.atomic_files import atomic_write_bytes
+
+                path = self.folder / f"{JOINED_STEM}{suffix}"
+                atomic_write_bytes(path, text.encode("utf-8"))
+                written.append(path)
+        return JoinResult(target, frames / self.rate, written, [])
+
+    def save(self, records: list[LineRecord], **extra) -> Path:
+        return save_manifest(self.folder, self.settings, records, {"sample_rate": self.rate, **extra})
