@@ -1,0 +1,155 @@
+"""``cosyvoice-studio render`` on the tiny model: per-line files, a joined file of the right length, subtitles
+timed from the files, --resume, formats and loudness, and what bad input gets."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pyloudnorm
+import pytest
+import soundfile as sf
+
+from studio.cli import main
+from studio.engine.warmup import synthetic_voice
+
+SCRIPT = """[Alice] Good morning, this is the first line.
+[Bob] And this is Bob answering her.
+He keeps the voice of the line before.
+
+[Alice|Speak slowly and softly] A new paragraph, said slowly.
+"""
+
+
+@pytest.fixture
+def voices(tmp_path):
+    alice, bob = tmp_path / "alice.wav", tmp_path / "bob.wav"
+    sf.write(alice, 0.4 * synthetic_voice(16000, 4.0), 16000)
+    sf.write(bob, 0.3 * synthetic_voice(22050, 3.0), 22050)
+    return ["--voice", f"Alice={alice}:A calm voice reads a few words.", "--voice", f"Bob={bob}"]
+
+
+def _render(tmp_path, tiny_model_dir, voices, script_text, *extra, out="out"):
+    script = tmp_path / "script.txt"
+    script.write_text(script_text, encoding="utf-8")
+    code = main(["render", str(script), "--model", str(tiny_model_dir), "--out", str(tmp_path / out),
+                 *voices, "--seed", "7", "--concurrency", "2", *extra])  # fmt: skip
+    manifest = tmp_path / out / "script.json"
+    return code, json.loads(manifest.read_text()) if manifest.is_file() else None
+
+
+def _srt_times(text: str) -> list[tuple[float, float]]:
+    stamp = r"(\d\d):(\d\d):(\d\d),(\d\d\d)"
+    found = re.findall(stamp + " --> " + stamp, text)
+    seconds = [int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000 for h, m, s, ms in
+               (found_part for cue in found for found_part in (cue[:4], cue[4:]))]  # fmt: skip
+    return list(zip(seconds[::2], seconds[1::2], strict=True))
+
+
+def test_a_two_voice_script_renders_lines_a_joined_file_and_subtitles(
+    tmp_path, tiny_model_dir, voices, capsys
+):
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--srt", "--gap-ms", "300",
+                             "--paragraph-ms", "900")  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    out = tmp_path / "out"
+    lines = manifest["lines"]
+    assert [(x["number"], x["voice"], x["instruction"], x["status"]) for x in lines] == [
+        (1, "Alice", "", "rendered"), (2, "Bob", "", "rendered"), (3, "Bob", "", "rendered"),
+        (4, "Alice", "Speak slowly and softly", "rendered"),
+    ]  # fmt: skip
+    frames = [sf.info(out / x["file"]).frames for x in lines]
+    assert [x["file"] for x in lines] == ["001.wav", "002.wav", "003.wav", "004.wav"] and min(frames) > 0
+    joined = sf.info(out / "joined.wav")
+    rate = joined.samplerate
+    assert rate == 24000
+    assert joined.frames == sum(frames) + 2 * int(0.3 * rate) + int(0.9 * rate)  # the lines plus the gaps
+    cues = _srt_times((out / "joined.srt").read_text())
+    position = 0
+    for (start, end), count, gap in zip(cues, frames, [0, 0.3, 0.3, 0.9], strict=True):
+        position += int(gap * rate)
+        assert start == pytest.approx(position / rate, abs=0.0011)
+        assert end == pytest.approx((position + count) / rate, abs=0.0011)
+        position += count
+    joined_audio, _ = sf.read(out / "joined.wav", dtype="float32")
+    first = sf.read(out / "001.wav", dtype="float32")[0]
+    assert np.array_equal(joined_audio[240 : frames[0] - 240], first[240 : frames[0] - 240])
+    assert "<v Bob>And this is Bob answering her." in (out / "joined.vtt").read_text()
+    assert "lines/min" in capsys.readouterr().out
+
+
+def test_resume_renders_only_the_lines_that_changed(tmp_path, tiny_model_dir, voices):
+    code, first = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
+    assert code == 0
+    out = tmp_path / "out"
+    before = {x["text"]: (out / x["file"]).read_bytes() for x in first["lines"]}
+    edited = SCRIPT.replace("He keeps the voice of the line before.", "He says something else now.")
+    edited = edited.replace("[Bob] And this", "[Alice] An inserted line.\n[Bob] And this")
+    code, second = _render(tmp_path, tiny_model_dir, voices, edited, "--resume")
+    assert code == 0
+    status = {x["text"]: (x["status"], x["file"]) for x in second["lines"]}
+    assert status == {
+        "Good morning, this is the first line.": ("reused", "001.wav"),
+        "An inserted line.": ("rendered", "002.wav"),
+        "And this is Bob answering her.": ("reused", "003.wav"),  # moved down one place, not re-rendered
+        "He says something else now.": ("rendered", "004.wav"),
+        "A new paragraph, said slowly.": ("reused", "005.wav"),
+    }
+    for text, (state, name) in status.items():
+        if state == "reused":
+            assert (out / name).read_bytes() == before[text]
+    code, third = _render(tmp_path, tiny_model_dir, voices, edited, "--resume", "--speed", "1.2")
+    assert code == 0 and {x["status"] for x in third["lines"]} == {"rendered"}  # a setting that shapes audio
+
+
+def test_formats_rates_and_loudness(tmp_path, tiny_model_dir, voices):
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--format", "flac", "--loudness", "-24",
+                             "--sample-rate", "48000")  # fmt: skip
+    assert code == 0
+    out = tmp_path / "out"
+    meter = pyloudnorm.Meter(48000)
+    for name in [x["file"] for x in manifest["lines"]] + ["joined.flac"]:
+        audio, rate = sf.read(out / name, dtype="float64")
+        assert rate == 48000 and sf.info(out / name).format == "FLAC"
+        assert abs(meter.integrated_loudness(audio) + 24) < 0.5, name
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, "[Bob] Short.\n[Bob] Opus too.\n", "--format",
+                             "opus", out="opus")  # fmt: skip
+    assert code == 0 and sf.info(tmp_path / "opus" / "joined.opus").subtype == "OPUS"
+
+
+def test_an_unknown_voice_or_an_empty_script_fails_before_the_model_loads(tmp_path, tiny_model_dir, voices,
+                                                                          capsys):  # fmt: skip
+    code, _ = _render(tmp_path, tiny_model_dir, voices, "[Alice] Hi.\n[Carol] Who am I?\n")
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown voice Carol" in err and "known: Alice, Bob" in err
+    assert not (tmp_path / "out").exists()
+    code, _ = _render(tmp_path, tiny_model_dir, voices, "\n\n   \n")
+    assert code == 2 and "has no lines" in capsys.readouterr().err
+
+
+def test_a_line_that_fails_does_not_stop_the_others(tmp_path, tiny_model_dir, voices, capsys, monkeypatch):
+    from studio.engine import runner
+    from studio.tts.errors import SynthesisError
+
+    real = runner.run_take
+
+    def out_of_memory_on_one_line(model, request, **kwargs):  # the card ran out of memory on that line
+        if "second" in request.text:
+            raise SynthesisError("CUDA out of memory while making this take")
+        return real(model, request, **kwargs)
+
+    monkeypatch.setattr(runner, "run_take", out_of_memory_on_one_line)
+    script = "[Alice] The first line.\n[Alice] The second line.\n[Bob] The third line.\n"
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, script)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert [x["status"] for x in manifest["lines"]] == ["rendered", "failed", "rendered"]
+    assert (
+        "1 line(s) failed: 2 (script line 2: SynthesisError: CUDA out of memory" in err and "--resume" in err
+    )
+    assert not (tmp_path / "out" / "joined.wav").exists() and manifest["joined"] is None
+    monkeypatch.setattr(runner, "run_take", real)
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, script, "--resume")
+    assert code == 0 and [x["status"] for x in manifest["lines"]] == ["reused", "rendered", "reused"]
+    assert (tmp_path / "out" / "joined.wav").is_file()
