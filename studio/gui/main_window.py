@@ -8,16 +8,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QByteArray
 from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
-    QScrollArea,
-    QSplitter,
-    QStackedWidget,
-    QVBoxLayout,
-    QWidget,
 )
 
 from studio.engine.protocol import EngineState, Error, Hello, LoadModel, State
@@ -29,10 +23,10 @@ from studio.gui.engine_location import gpu_query as remote_gpu_query
 from studio.gui.engine_status import EngineStatus
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
-from studio.gui.help_menu import HelpMenu
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.playback import Playback
 from studio.gui.preview import PreviewPanel
+from studio.gui.script_view import ScriptView
 from studio.gui.session import SessionKeeper, take_state
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
 from studio.gui.take_controller import TakeController
@@ -91,10 +85,11 @@ class MainWindow(QMainWindow):
         self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
         self.first_run = FirstRunPanel(data_dir(create=False) / "models")
         self.engine_status = EngineStatus()
+        self.script_view = ScriptView(self.bridge, self.voices, self.jobs, data_dir(create=False) / "scripts")
         self.playback = Playback(self)
         self.player = self.playback.player
+        self.script_view.transport = self.playback.transport
         self._build_layout()
-        self._build_menus()
         self._connect()
         self.preview.denoise.setChecked(settings.denoise)
         self.text_panel.stream.setChecked(settings.stream)
@@ -110,6 +105,9 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.session = SessionKeeper(self)
         self.session.restore()
+        project = settings.extra.get("script_project")
+        if isinstance(project, str) and Path(project).is_dir():
+            self.script_view.open_project(Path(project))
         self._on_prompt_changed()
 
     def _update_title(self) -> None:
@@ -122,60 +120,10 @@ class MainWindow(QMainWindow):
 
     # -- construction --------------------------------------------------------------------------------
     def _build_layout(self) -> None:
-        voice_scroll = QScrollArea()
-        voice_scroll.setWidget(self.voice_panel)
-        voice_scroll.setWidgetResizable(True)
-        voice_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        voice_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # D9: it fits
-        bar = voice_scroll.verticalScrollBar().sizeHint().width()
-        voice_scroll.setMinimumWidth(max(330, self.voice_panel.minimumSizeHint().width() + bar + 4))
-        center = QSplitter(Qt.Orientation.Vertical)
-        center.addWidget(self.text_panel)
-        center.addWidget(self.preview)
-        center.setStretchFactor(0, 3)
-        center.setStretchFactor(1, 2)
-        right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(self.takes_panel)
-        right.addWidget(self.gpu_panel)
-        right.setStretchFactor(0, 3)
-        right.setStretchFactor(1, 1)
-        right.setSizes([650, 350])  # proportions: the takes and their details get most of the height
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(voice_scroll)
-        splitter.addWidget(center)
-        splitter.addWidget(right)
-        splitter.setStretchFactor(0, 2)
-        splitter.setStretchFactor(1, 4)
-        splitter.setStretchFactor(2, 3)
-        splitter.setSizes([330, 620, 460])
-        self.studio_page = QWidget()
-        QVBoxLayout(self.studio_page).addWidget(splitter)
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.first_run)
-        self.pages.addWidget(self.studio_page)
-        self.setCentralWidget(self.pages)
-        self.statusBar().addPermanentWidget(self.engine_status, 1)
+        from studio.gui.window_layout import build_layout, build_menus
 
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.import_action = QAction("&Import voice…", self, shortcut=QKeySequence.StandardKey.Open)
-        self.import_action.triggered.connect(self.voice_panel.choose_file)
-        self.export_action = QAction("&Export selected takes…", self, shortcut=QKeySequence("Ctrl+E"))
-        self.export_action.triggered.connect(lambda: self.takes_panel.export_selected())
-        self.settings_action = QAction("&Settings…", self, shortcut=QKeySequence("Ctrl+,"))
-        self.settings_action.triggered.connect(self.open_settings)
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
-        for action in (self.import_action, self.export_action, self.settings_action, quit_action):
-            file_menu.addAction(action)
-        engine_menu = self.menuBar().addMenu("&Engine")
-        self.restart_action = QAction("&Restart engine", self, shortcut=QKeySequence("Ctrl+R"))
-        self.restart_action.triggered.connect(self.restart_engine)
-        self.model_action = QAction("Choose &model…", self)
-        self.model_action.triggered.connect(self.choose_model)
-        engine_menu.addAction(self.restart_action)
-        engine_menu.addAction(self.model_action)
-        self.help = HelpMenu(self)
+        build_layout(self)
+        build_menus(self)
 
     def _connect(self) -> None:
         bridge = self.bridge
@@ -212,6 +160,11 @@ class MainWindow(QMainWindow):
         self.takes_panel.sig_message.connect(self.show_message)
         self.takes_panel.details.sig_regenerate.connect(self.regenerate)
         self.takes_panel.details.sig_use_text.connect(self.use_take_text)
+        self.script_view.sig_message.connect(self.show_message)
+        self.script_view.sig_project.connect(self._remember_script)
+        self.voice_panel.sig_prompt_changed.connect(
+            self.script_view.refresh_voices
+        )  # a voice saved or deleted
         self.preview.denoise.toggled.connect(self._on_denoise_toggled)
         self.denoiser.sig_done.connect(self.on_denoised)
         self.denoiser.sig_failed.connect(self.on_denoise_failed)
@@ -342,6 +295,16 @@ class MainWindow(QMainWindow):
             self.show_message(
                 f"{self.text_panel.generate_button.toolTip()}; the take's settings are in place"
             )
+
+    # -- scripts -------------------------------------------------------------------------------------
+    def open_script(self) -> None:
+        self.views.setCurrentWidget(self.script_view)
+        self.script_view.open_script()
+
+    def _remember_script(self, folder: str) -> None:
+        if self.settings.extra.get("script_project") != folder:
+            self.settings.extra["script_project"] = folder
+            self.update_settings(self.settings)
 
     # -- denoise -------------------------------------------------------------------------------------
     def _on_denoise_toggled(self, on: bool) -> None:

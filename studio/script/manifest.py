@@ -7,6 +7,7 @@ import hashlib
 import json
 import zlib
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ class RenderSettings:
 
     def shaping(self) -> dict[str, Any]:
         """The settings a line's audio depends on (the gaps only shape the joined file)."""
-        return {"format": self.format, "sample_rate": self.sample_rate, "loudness_lufs": self.loudness_lufs,
+        from studio.audio.export import ExportFormat
+
+        return {"format": ExportFormat.parse(self.format).name, "sample_rate": self.sample_rate, "loudness_lufs": self.loudness_lufs,
                 "ceiling_dbtp": self.ceiling_dbtp, "speed": self.speed, "seed": self.seed}  # fmt: skip
 
 
@@ -48,7 +51,7 @@ class VoicePrompt:
     transcript: str = ""
     voice_id: str = ""  # a saved voice's id, when it came from the library
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         digest = hashlib.sha256(np.ascontiguousarray(self.samples, dtype=np.float32).tobytes())
         digest.update(f"{self.sample_rate}\0{self.transcript}".encode())

@@ -40,6 +40,7 @@ from studio.script.parse import ScriptError, ScriptLine
 Synthesizer = Callable[[object, threading.Event], tuple[np.ndarray, int]]
 JOINED_STEM = "joined"
 STAGING = ".resume"
+SUPERSEDED = ".superseded"
 
 
 @dataclass
@@ -68,8 +69,9 @@ class ScriptRender:
         self.voices = {name.casefold(): voice for name, voice in voices.items()}
         self.settings = settings
         self.fmt = ExportFormat.parse(settings.format)
-        self.rate = settings.sample_rate or model_rate
-        self.fmt.check_rate(self.rate)
+        self.rate = settings.sample_rate or model_rate  # 0: the rate of the first line the model makes
+        if self.rate:
+            self.fmt.check_rate(self.rate)
         self.lines: dict[int, ScriptLine] = {}
 
     # -- planning ----------------------------------------------------------------------------------
@@ -100,42 +102,46 @@ class ScriptRender:
             raise ScriptError("the script has no lines to say")
         for record in records:
             record.file = self.file_name(record.number, len(records))
-        self._reuse(records, earlier)
-        self._remove_superseded(before, records)
+        self._reuse(records, earlier, before)
         return records
-
-    def _remove_superseded(self, before: list[LineRecord], records: list[LineRecord]) -> None:
-        """Files of the earlier render that no line uses any more (a removed or changed line): derived
-        audio whose source is gone, so a shorter script does not leave 051.wav behind. Files of another
-        format are another export and stay."""
-        kept = {r.file for r in records}
-        for old in before:
-            if old.file and old.file not in kept and old.file.endswith(self.fmt.suffix):
-                (self.folder / old.file).unlink(missing_ok=True)
 
     def _seed(self, line: ScriptLine, old: LineRecord | None) -> int:
         if self.settings.seed is not None:
             return line_seed(line, self.settings.seed)
         return old.seed if old is not None and old.seed is not None else random.randrange(2**31)
 
-    def _reuse(self, records: list[LineRecord], earlier: dict[str, LineRecord]) -> None:
-        """Stage reusable files aside first (a file may move to a name another one still holds)."""
-        staging = self.folder / STAGING
-        moves = []
+    def _reuse(
+        self, records: list[LineRecord], earlier: dict[str, LineRecord], before: list[LineRecord]
+    ) -> None:
+        """Unchanged lines keep their files (moved to their new numbers); files of lines that changed or
+        went go to ``.superseded/`` (the last of each kept there: a liked take edited by mistake can be
+        found), so a shorter script leaves no 051.wav behind. Files of another format stay."""
+        moves, used = [], set()
         for record in records:
             old = earlier.get(record.key)
-            if old is None or not (self.folder / old.file).is_file():
+            if old is None or old.file in used or not (self.folder / old.file).is_file():
                 continue
+            used.add(old.file)
             moves.append((record, old))
-        if moves:
-            staging.mkdir(exist_ok=True)
+        for old in before:
+            path = self.folder / old.file
+            if old.file and old.file not in used and old.file.endswith(self.fmt.suffix) and path.is_file():
+                (self.folder / SUPERSEDED).mkdir(exist_ok=True)
+                os.replace(path, self.folder / SUPERSEDED / f"{old.key}-{old.file}")
+        if not moves:
+            return
+        staging = self.folder / STAGING  # a file may move to a name another one still holds
+        staging.mkdir(exist_ok=True)
+        for _record, old in moves:
+            os.replace(self.folder / old.file, staging / old.file)
         for record, old in moves:
-            os.replace(self.folder / old.file, staging / f"{record.key}{self.fmt.suffix}")
-        for record, old in moves:
-            os.replace(staging / f"{record.key}{self.fmt.suffix}", self.folder / record.file)
+            os.replace(staging / old.file, self.folder / record.file)
             record.status, record.seconds, record.notes = "reused", old.seconds, old.notes
-        if moves:
-            staging.rmdir()
+        staging.rmdir()
+        if not self.rate:  # the model's rate, as the earlier render wrote it
+            import soundfile as sf
+
+            self.rate = sf.info(self.folder / moves[0][0].file).samplerate
 
     # -- rendering ---------------------------------------------------------------------------------
     def run(self, records: list[LineRecord], synthesize: Synthesizer, concurrency: int = 4,
@@ -181,6 +187,9 @@ class ScriptRender:
         audio = np.asarray(audio, dtype=np.float32)
         if audio.size == 0:
             raise ValueError("the model produced no audio")
+        if not self.rate:
+            self.fmt.check_rate(rate)
+            self.rate = rate
         audio = resample(audio, rate, self.rate)
         notes = []
         if self.settings.loudness_lufs is not None:

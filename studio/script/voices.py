@@ -26,7 +26,11 @@ def parse_voice_mapping(spec: str) -> tuple[str, Path, str]:
     raise ScriptError(f"--voice {name.strip()}: no recording at {rest.split(':')[0]!r}")
 
 
-def load_voices(names: Iterable[str], mappings: Iterable[str], library=None) -> dict[str, VoicePrompt]:
+CLI_ADVICE = "map {them} with --voice NAME=RECORDING.wav[:TRANSCRIPT] or save {them} in the studio"
+
+
+def load_voices(names: Iterable[str], mappings: Iterable[str], library=None,
+                advice: str = CLI_ADVICE) -> dict[str, VoicePrompt]:  # fmt: skip
     """The prompt of each name the script uses: a ``--voice`` mapping first, else a saved voice of
     ``library`` (a `studio.voices.VoiceLibrary`) with that name (any case)."""
     from studio.audio.errors import AudioError
@@ -56,7 +60,7 @@ def load_voices(names: Iterable[str], mappings: Iterable[str], library=None) -> 
             unknown.append(wanted)
     if unknown:
         known = sorted({n for n, _, _ in mapped.values()} | {v.name for v in saved.values()})
-        raise ScriptError(f"unknown voice{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: map "
-                          f"{'them' if len(unknown) > 1 else 'it'} with --voice NAME=RECORDING.wav[:TRANSCRIPT]"
-                          f" or save it in the studio (known: {', '.join(known) or 'none'})")  # fmt: skip
+        them = "them" if len(unknown) > 1 else "it"
+        raise ScriptError(f"unknown voice{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+                          f"{advice.format(them=them)} (known: {', '.join(known) or 'none'})")  # fmt: skip
     return voices

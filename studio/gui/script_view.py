@@ -1,0 +1,379 @@
+"""The Script view: a long-form script as a table of lines, each with its saved voice; Render all sends
+them to the engine a few at a time, Retake gives one line a new seed, Play plays a line or from a line on,
+Export writes the lines, the joined track and subtitles in the chosen format and loudness. The script and
+its render live in a project folder (``data_dir()/scripts/NAME``); every edit is saved there at once."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.audio.export import OUTPUT_RATES, safe_filename
+from studio.engine.protocol import EngineState
+from studio.gui.elided_label import ElidedLabel
+from studio.gui.flow_layout import FlowLayout
+from studio.gui.script_controller import ScriptController
+from studio.gui.script_table import ScriptTable
+from studio.gui.takes_panel import EXPORT_FORMATS
+from studio.gui.transport import Clip
+from studio.script.assemble import Joiner
+from studio.script.manifest import RenderSettings
+from studio.script.parse import ScriptError, read_script
+from studio.script.project import SCRIPT_NAME, export_render, load_script, save_script
+
+PLAY_FROM_LIMIT_S = 15 * 60  # "play from here" joins at most this much in memory
+
+
+def _button(text: str, tip: str = "") -> QPushButton:
+    button = QPushButton(text)
+    button.setToolTip(tip)
+    return button
+
+
+class ScriptView(QWidget):
+    sig_message = Signal(str)
+    sig_project = Signal(str)  # the project folder now open (remembered for the next start)
+
+    def __init__(self, bridge, library, jobs, projects: Path, parent=None):
+        super().__init__(parent)
+        self.library, self.jobs, self.projects = library, jobs, projects
+        self.folder: Path | None = None
+        self.transport = None  # set by the window once its playback exists
+        self.engine_ready = False
+        self.controller = ScriptController(bridge, library, self)
+        self.table = ScriptTable(lambda: [v.name for v in library.list()])
+        self._edit_triggers = self.table.editTriggers()
+        self._build()
+        self._connect(bridge)
+        self._update_buttons()
+
+    def _build(self) -> None:
+        self.project_label = ElidedLabel()
+        self.new_button = _button("New script", "An empty script in a new project")
+        self.open_button = _button("Open script…", "A text file: one line per utterance, [Voice] prefixes")
+        top = QHBoxLayout()
+        top.addWidget(self.project_label, 1)
+        top.addWidget(self.new_button)
+        top.addWidget(self.open_button)
+        self.add_button = _button("+ Line", "Add a line after the selected one")
+        self.remove_button = _button("Remove", "Remove the selected lines")
+        self.up_button, self.down_button = (
+            _button("↑", "Move the line up"),
+            _button("↓", "Move the line down"),
+        )
+        self.voice_combo = QComboBox()
+        self.voice_combo.setToolTip("The voice for new lines and for Set voice")
+        self.set_voice_button = _button("Set voice", "Give the selected lines this voice")
+        self.play_button = _button("▶ Line", "Play the selected line")
+        self.play_from_button = _button("▶ From here", "Play from the selected line to the end")
+        self.retake_button = _button("⟳ Retake", "Render the selected line again with a new seed")
+        tools = FlowLayout()
+        for widget in (self.add_button, self.remove_button, self.up_button, self.down_button, self.voice_combo,
+                       self.set_voice_button, self.play_button, self.play_from_button, self.retake_button):  # fmt: skip
+            tools.addWidget(widget)
+        self.render_button = _button("Render all", "Render every line not rendered yet (changed lines again)")
+        self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m lines")
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        render_row = QHBoxLayout()
+        for widget in (self.render_button, self.stop_button):
+            render_row.addWidget(widget)
+        render_row.addWidget(self.progress, 1)
+        self.format_combo = QComboBox()
+        for key, label in EXPORT_FORMATS:
+            self.format_combo.addItem(label, key)
+        self.rate_combo = QComboBox()
+        self.rate_combo.addItem("Model's rate", 0)
+        for rate in OUTPUT_RATES:
+            self.rate_combo.addItem(f"{rate / 1000:g} kHz", rate)
+        self.loudness_check = QCheckBox("Loudness")
+        self.loudness = QDoubleSpinBox(
+            minimum=-40.0, maximum=-6.0, value=-20.0, suffix=" LUFS", singleStep=0.5
+        )
+        self.gap = QSpinBox(minimum=0, maximum=5000, value=250, suffix=" ms gap", singleStep=50)
+        self.subtitles = QCheckBox("Subtitles (SRT, VTT)", checked=True)
+        self.export_button = _button("Export…", "The lines, the joined track and subtitles, into a folder")
+        export_row = FlowLayout()
+        for widget in (QLabel("Export as"), self.format_combo, self.rate_combo, self.loudness_check, self.loudness,
+                       self.gap, self.subtitles, self.export_button):  # fmt: skip
+            export_row.addWidget(widget)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addLayout(tools)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(render_row)
+        layout.addWidget(self.status)
+        layout.addLayout(export_row)
+
+    def _connect(self, bridge) -> None:
+        self.new_button.clicked.connect(self.new_project)
+        self.open_button.clicked.connect(lambda: self.open_script())
+        self.add_button.clicked.connect(self.add_line)
+        self.remove_button.clicked.connect(self.remove_lines)
+        self.up_button.clicked.connect(lambda: self.move(-1))
+        self.down_button.clicked.connect(lambda: self.move(1))
+        self.set_voice_button.clicked.connect(self.set_voice)
+        self.play_button.clicked.connect(lambda: self.play(to_end=False))
+        self.play_from_button.clicked.connect(lambda: self.play(to_end=True))
+        self.retake_button.clicked.connect(self.retake)
+        self.render_button.clicked.connect(self.render_all)
+        self.stop_button.clicked.connect(self.controller.stop)
+        self.export_button.clicked.connect(lambda: self.export())
+        self.table.sig_edited.connect(lambda _row: self._changed())
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.controller.sig_line.connect(self._on_line)
+        self.controller.sig_progress.connect(self._on_progress)
+        self.controller.sig_finished.connect(self._on_finished)
+        self.controller.sig_message.connect(self.sig_message)
+        bridge.sig_state_changed.connect(self._on_engine_state)
+
+    # -- projects ----------------------------------------------------------------------------------
+    def open_project(self, folder: Path) -> None:
+        """Show the script kept in ``folder`` (a new, empty one when there is none)."""
+        self.folder = Path(folder)
+        try:
+            lines = load_script(self.folder)
+        except ScriptError as exc:
+            lines = []
+            self.sig_message.emit(f"The script in {self.folder} cannot be read: {exc}")
+        self.table.set_lines(lines)
+        self.project_label.setText(f"Project: {self.folder.name} — {self.folder}")
+        self.refresh_voices()
+        self._show_render_state()
+        self.sig_project.emit(str(self.folder))
+
+    def new_project(self) -> None:
+        number = 1
+        while (self.projects / f"Script {number}").exists():
+            number += 1
+        folder = self.projects / f"Script {number}"
+        folder.mkdir(parents=True)
+        self.open_project(folder)
+
+    def open_script(self, path: str | None = None) -> None:
+        """Import a script file into a project of its name (an earlier script there is kept as .bak)."""
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Open script", "", "Scripts (*.txt);;All files (*)")
+            if not path:
+                return
+        default = self.voice_combo.currentText()
+        try:
+            lines = list(read_script(path, default_voice=default))
+        except ScriptError as exc:
+            self.sig_message.emit(f"Cannot open {Path(path).name}: {exc}")
+            return
+        folder = self.projects / safe_filename(Path(path).stem, ".txt").removesuffix(".txt")
+        folder.mkdir(parents=True, exist_ok=True)
+        if (folder / SCRIPT_NAME).is_file():
+            shutil.copy2(folder / SCRIPT_NAME, folder / f"{SCRIPT_NAME}.bak")
+        save_script(folder, lines)
+        self.open_project(folder)
+        self.sig_message.emit(f"Opened {Path(path).name}: {len(lines)} line(s)")
+
+    def _changed(self) -> None:
+        """An edit: saved at once; the statuses say again which lines have a take of their present text."""
+        self.save()
+        if not self.controller.busy and self.folder is not None:
+            self._show_render_state()
+
+    def save(self) -> None:
+        if self.folder is None:
+            return
+        try:
+            save_script(self.folder, self.table.lines())
+        except ScriptError:
+            pass  # a line being written (empty for now): saved once it has text
+        except OSError as exc:
+            self.sig_message.emit(f"Could not save the script: {exc}")
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override): voices saved meanwhile are offered
+        self.refresh_voices()
+        super().showEvent(event)
+
+    def refresh_voices(self) -> None:
+        current = self.voice_combo.currentText()
+        self.voice_combo.clear()
+        self.voice_combo.addItems([v.name for v in self.library.list()])
+        if current:
+            self.voice_combo.setCurrentText(current)
+        self._update_buttons()
+
+    # -- editing -----------------------------------------------------------------------------------
+    def add_line(self) -> None:
+        if self.folder is None:
+            self.new_project()
+        rows = self.table.selected_rows()
+        row = self.table.add_line(self.voice_combo.currentText(), "", rows[-1] if rows else None)
+        self.table.selectRow(row)
+        self.table.editItem(self.table.item(row, 2))
+
+    def remove_lines(self) -> None:
+        self.table.remove_rows(self.table.selected_rows())
+        self._changed()
+
+    def move(self, delta: int) -> None:
+        rows = self.table.selected_rows()
+        if len(rows) == 1:
+            self.table.move_row(rows[0], delta)
+            self._changed()
+
+    def set_voice(self) -> None:
+        for row in self.table.selected_rows():
+            self.table.item(row, 1).setText(self.voice_combo.currentText())  # emits sig_edited: saved
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def render_all(self) -> None:
+        if self.folder is None:
+            self.new_project()
+        try:
+            self.save()
+            self.controller.render_all(self.folder, self.table.lines())
+        except ScriptError as exc:
+            self.status.setText(f"Cannot render: {exc}")
+            return
+        self.status.setText("Rendering…" if self.controller.busy else self.controller.summary())
+        self._update_buttons()
+
+    def retake(self) -> None:
+        rows = self.table.selected_rows()
+        if len(rows) == 1:
+            self.controller.retake(rows[0] + 1)
+            self._update_buttons()
+
+    def _show_render_state(self) -> None:
+        """What the project has rendered of these lines (nothing renders)."""
+        try:
+            records = self.controller.plan(self.folder, self.table.lines()) if self.table.rowCount() else []
+        except ScriptError as exc:
+            if "empty" not in str(exc):  # a line being written is no news
+                self.status.setText(str(exc))
+            return
+        except OSError as exc:
+            self.status.setText(f"Cannot read the project: {exc}")
+            return
+        for record in records:
+            self.table.show_record(record)
+        self.progress.setRange(0, max(1, len(records)))
+        self.progress.setValue(sum(r.done for r in records))
+        self.status.setText("")
+
+    def _on_line(self, record) -> None:
+        self.table.show_record(record)
+        self._update_buttons()
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(1, total))
+        self.progress.setValue(done)
+
+    def _on_finished(self, summary: str) -> None:
+        self.status.setText(summary)
+        self.sig_message.emit(f"Script: {summary}")
+        self._update_buttons()
+
+    def _on_engine_state(self, state) -> None:
+        self.engine_ready = state.state in (EngineState.READY, EngineState.BUSY)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        busy, rows = self.controller.busy, self.table.selected_rows()
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.NoEditTriggers if busy else self._edit_triggers
+        )
+        record = self._record(rows[0]) if len(rows) == 1 else None
+        for widget in (self.add_button, self.remove_button, self.up_button, self.down_button, self.new_button,
+                       self.open_button, self.set_voice_button):  # fmt: skip
+            widget.setEnabled(not busy)
+        self.set_voice_button.setEnabled(not busy and bool(rows) and self.voice_combo.count() > 0)
+        self.render_button.setEnabled(not busy and self.engine_ready and self.table.rowCount() > 0)
+        self.render_button.setToolTip("" if self.engine_ready else "The engine is not ready yet")
+        self.stop_button.setEnabled(busy)
+        self.retake_button.setEnabled(self.engine_ready and record is not None and record.done)
+        self.play_button.setEnabled(record is not None and record.done)
+        self.play_from_button.setEnabled(record is not None and record.done)
+        self.export_button.setEnabled(not busy and bool(self.controller.records)
+                                      and all(r.done for r in self.controller.records))  # fmt: skip
+
+    def _record(self, row: int):
+        """The rendered record of ``row`` when it still says what the row says, else None."""
+        records = self.controller.records
+        record = records[row] if 0 <= row < len(records) else None
+        if record is None or not record.done or not self.table.status_of(row).startswith("✓"):
+            return None
+        same = self.table.item(row, 2).text().split() == record.text.split()
+        return (
+            record
+            if same and self.table.item(row, 1).text().strip().casefold() == record.voice.casefold()
+            else None
+        )
+
+    # -- playing and exporting ---------------------------------------------------------------------
+    def play(self, to_end: bool) -> bool:
+        rows = self.table.selected_rows()
+        record = self._record(rows[0]) if len(rows) == 1 else None
+        if record is None or self.transport is None:
+            return False
+        render = self.controller.render
+        if not to_end:
+            samples, rate = sf.read(self.folder / record.file, dtype="float32")
+            return self.transport.play(Clip(f"script:{record.key}:{record.seed}", samples, rate, record.file))
+        blocks: list[np.ndarray] = []
+        joiner = Joiner(blocks.append, render.rate)
+        for later in self.controller.records[record.number - 1 :]:
+            if not later.done or joiner.written > PLAY_FROM_LIMIT_S * render.rate:
+                break
+            samples, _rate = sf.read(self.folder / later.file, dtype="float32")
+            joiner.add(samples, render.gap_before(later))
+        joiner.close()
+        clip = Clip(
+            f"script-from:{record.number}:{record.key}", np.concatenate(blocks), render.rate, "script"
+        )
+        return self.transport.play(clip)
+
+    def export_settings(self) -> RenderSettings:
+        gap = self.gap.value() / 1000
+        return RenderSettings(format=self.format_combo.currentData(), sample_rate=self.rate_combo.currentData(),
+                              gap_s=gap, paragraph_s=max(0.75, 3 * gap),
+                              loudness_lufs=self.loudness.value() if self.loudness_check.isChecked() else None)  # fmt: skip
+
+    def export(self, folder: str | None = None) -> None:
+        """Into ``folder``/NAME (asked when not given), in the background; says where when done."""
+        if folder is None:
+            folder = QFileDialog.getExistingDirectory(self, "Export the script to", str(Path.home()))
+            if not folder:
+                return
+        target = Path(folder) / self.folder.name
+        records, settings = list(self.controller.records), self.export_settings()
+        self.export_button.setEnabled(False)
+        self.status.setText(f"Exporting to {target}…")
+        self.jobs.submit(export_render, self.controller.render, records, target, settings, self.subtitles.isChecked(),
+                         callback=self._on_exported)  # fmt: skip
+
+    def _on_exported(self, result=None, error=None) -> None:
+        self._update_buttons()
+        if error is not None:
+            text = f"Export failed: {error}"
+        else:
+            text = f"Exported {len(self.controller.records)} lines and {result.path.name} ({result.seconds:.1f} s)"
+            text += f" to {result.path.parent}"
+        self.status.setText(text)
+        self.sig_message.emit(text)

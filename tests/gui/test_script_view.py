@@ -1,0 +1,150 @@
+"""The Script view against the real engine process and the tiny model: Render all renders every line into
+the project (two voices, a few at a time), an edit re-renders only that line, a moved line keeps its take,
+Retake changes one line and no other, Export writes the lines, a joined file of the right length at the
+chosen loudness and subtitles; the project is there again after a restart."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pyloudnorm
+import pytest
+import soundfile as sf
+
+from studio.engine.protocol import EngineState
+from studio.engine.warmup import synthetic_voice
+from studio.settings import data_dir, load_settings
+from studio.voices import VoiceLibrary
+
+pytestmark = pytest.mark.gui
+ENGINE_TIMEOUT_MS = 240_000
+SCRIPT = """[Alice] Good morning, this is the first line.
+[Bob] And this is Bob answering her.
+He keeps the voice of the line before.
+
+[Alice|Speak slowly and softly] A new paragraph, said slowly.
+"""
+
+
+@pytest.fixture
+def library():
+    library = VoiceLibrary(data_dir() / "voices")
+    library.save("Alice", 0.4 * synthetic_voice(16000, 4.0), 16000, "A calm voice reads a few words.")
+    library.save("Bob", 0.3 * synthetic_voice(22050, 3.0), 22050, "")
+    return library
+
+
+def _window(qtbot, tiny_model_dir, monkeypatch, engine: bool):
+    import dataclasses
+
+    from studio.gui import main_window
+    from studio.gui.app import create_window
+
+    real_request = main_window.load_request
+    monkeypatch.setattr(
+        main_window, "load_request", lambda s: dataclasses.replace(real_request(s), warmup=False)
+    )
+    saved = load_settings()  # as the studio starts: what the last session remembered
+    window = create_window(dataclasses.replace(saved, model_dir=str(tiny_model_dir), backend="pytorch"))
+    qtbot.addWidget(window)
+    window.show()
+    if engine:
+        window.start_engine()
+        qtbot.waitUntil(lambda: window.engine_status.state == EngineState.READY, timeout=ENGINE_TIMEOUT_MS)
+    window.views.setCurrentWidget(window.script_view)
+    return window
+
+
+def _render(qtbot, view, button):
+    with qtbot.waitSignal(view.controller.sig_finished, timeout=ENGINE_TIMEOUT_MS):
+        button.click()
+        assert view.stop_button.isEnabled() and not view.add_button.isEnabled()  # no edits while rendering
+
+
+def _statuses(view):
+    return [view.table.status_of(row) for row in range(view.table.rowCount())]
+
+
+def _files(view):
+    return {r.text: (view.folder / r.file).read_bytes() for r in view.controller.records}
+
+
+def test_render_all_edit_move_retake_and_export(qtbot, tiny_model_dir, monkeypatch, tmp_path, library):
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=True)
+    view = window.script_view
+    script = tmp_path / "My story.txt"
+    script.write_text(SCRIPT, encoding="utf-8")
+    view.open_script(str(script))
+    assert view.folder.name == "My story" and view.table.rowCount() == 4
+    assert view.table.item(3, 0).text() == "¶ 4" and view.table.item(3, 3).text() == "Speak slowly and softly"
+    assert not view.export_button.isEnabled()  # nothing rendered yet
+
+    _render(qtbot, view, view.render_button)
+    assert _statuses(view) == ["✓ rendered"] * 4 and view.progress.value() == 4
+    manifest = json.loads((view.folder / "script.json").read_text())
+    assert [x["voice"] for x in manifest["lines"]] == ["Alice", "Bob", "Bob", "Alice"]
+    assert all(sf.info(view.folder / x["file"]).frames > 0 for x in manifest["lines"])
+    first = _files(view)
+
+    view.table.item(2, 2).setText("He says something else now.")  # the user edits line 3
+    assert (
+        view.table.status_of(2) == "edited"
+        and (view.folder / "script.txt").read_text().count("else now") == 1
+    )
+    view.table.selectRow(0)
+    view.move(1)  # line 1 goes below line 2
+    _render(qtbot, view, view.render_button)
+    assert _statuses(view) == ["✓ unchanged", "✓ unchanged", "✓ rendered", "✓ unchanged"]
+    assert "1 line(s) rendered" in view.status.text()
+    after = _files(view)
+    assert after["Good morning, this is the first line."] == first["Good morning, this is the first line."]
+    assert view.controller.records[1].file == "002.wav"  # it moved with its line
+
+    view.table.selectRow(3)
+    assert view.retake_button.isEnabled()
+    _render(qtbot, view, view.retake_button)
+    retaken = _files(view)
+    changed = [text for text in retaken if retaken[text] != after[text]]
+    assert changed == ["A new paragraph, said slowly."]  # one line, and only it
+
+    view.format_combo.setCurrentIndex(view.format_combo.findData("flac"))
+    view.loudness_check.setChecked(True)
+    view.loudness.setValue(-24.0)
+    view.gap.setValue(300)
+    out = tmp_path / "exports"
+    with qtbot.waitSignal(view.sig_message, timeout=60_000, check_params_cb=lambda m: "Exported" in m):
+        view.export(str(out))
+    target = out / "My story"
+    lines = [sf.info(target / f"00{n}.flac").frames for n in range(1, 5)]
+    joined, rate = sf.read(target / "joined.flac", dtype="float64")
+    assert joined.size == sum(lines) + 2 * int(0.3 * rate) + int(0.9 * rate)  # 300 ms gaps, a paragraph: 900
+    assert abs(pyloudnorm.Meter(rate).integrated_loudness(joined) + 24) < 0.5
+    srt = (target / "joined.srt").read_text()
+    assert len(re.findall(r"-->", srt)) == 4 and "He says something else now." in srt
+    assert np.any(sf.read(target / "001.flac")[0])
+    window.shutdown()
+
+
+def test_the_script_and_its_takes_are_there_after_a_restart(
+    qtbot, tiny_model_dir, monkeypatch, tmp_path, library
+):
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=False)
+    view = window.script_view
+    assert not view.render_button.isEnabled()  # no engine: says so rather than failing later
+    view.add_line()
+    view.table.item(0, 2).setText("A line typed in the studio.")
+    view.add_line()
+    view.table.item(1, 1).setText("Carol")
+    view.table.item(1, 2).setText("Carol has no saved voice.")
+    folder = view.folder
+    window.close()
+
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=False)
+    view = window.script_view
+    assert view.folder == folder and view.table.rowCount() == 2
+    assert view.table.item(0, 2).text() == "A line typed in the studio."
+    assert "unknown voice Carol: save it in the voice panel" in view.status.text()
+    assert "known: Alice, Bob" in view.status.text() and not view.play_button.isEnabled()
+    window.shutdown()
