@@ -127,9 +127,29 @@ def main() -> int:
     dialog.move(max(0, width // 2 - 300), 80)
     shot("09-settings")
     dialog.close()
+
+    window.voice_panel.set_recording(0.4 * synthetic_voice(22050, 4.0), 22050, origin="second voice")
+    wait_until(lambda: window.voice_panel.current_prompt() is not None, 60, "the second voice")
+    window.voice_panel.transcript.setText("")
+    window.voice_panel.save_voice("Bright reader")
+    script = voice.parent / "The lighthouse.txt"
+    script.write_text(
+        "[Calm narrator] The lighthouse stood at the end of the road, older than the town.\n"
+        "[Bright reader] Every night its keeper climbed the hundred steps.\n"
+        "[Calm narrator|Speak softly, as if telling a secret] Nobody had ever seen him come down.\n\n"
+        "[Bright reader] Until one winter morning, the light stayed dark.\n",
+        encoding="utf-8",
+    )
+    window.views.setCurrentWidget(window.script_view)
+    view = window.script_view
+    view.open_script(str(script))
+    view.render_button.click()
+    wait_until(lambda: not view.controller.busy, 900, "the script")
+    view.table.selectRow(2)
+    shot("10-script-view")
     window.close()
     if args.gpu_replay:
-        gpu_replay_shot(args.gpu_replay, out / "10-gpu-panel-replay.png", pump)
+        gpu_replay_shot(args.gpu_replay, out / "11-gpu-panel-replay.png", pump)
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -93,6 +93,7 @@ class ScriptView(QWidget):
         self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m lines")
+        self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         render_row = QHBoxLayout()

@@ -1,11 +1,11 @@
 """The studio window's layout and menus: the single-take view (voice | text and preview | takes and GPU)
-and the Script view as two tabs, the first-run page beside them, the engine status in the status bar."""
+and the Script view, switched by tabs in the menu bar, the first-run page beside them, the engine status in the status bar."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QScrollArea, QSplitter, QStackedWidget, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QScrollArea, QSplitter, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
 
 def build_layout(window) -> None:
@@ -35,14 +35,21 @@ def build_layout(window) -> None:
     splitter.setStretchFactor(1, 4)
     splitter.setStretchFactor(2, 3)
     splitter.setSizes([330, 620, 460])
-    window.views = QTabWidget()
-    window.views.setDocumentMode(True)
-    window.views.addTab(splitter, "Single take")
-    window.views.addTab(window.script_view, "Script")
+    window.views = QStackedWidget()
+    window.views.addWidget(splitter)
+    window.views.addWidget(window.script_view)
+    window.view_tabs = (
+        QTabBar()
+    )  # in the menu bar's corner: the views cost no height (the studio fits 720 px)
+    window.view_tabs.setDrawBase(False)
+    window.view_tabs.setExpanding(False)
+    window.view_tabs.addTab("Single take")
+    window.view_tabs.addTab("Script")
+    window.view_tabs.currentChanged.connect(window.views.setCurrentIndex)
+    window.views.currentChanged.connect(window.view_tabs.setCurrentIndex)
+    window.menuBar().setCornerWidget(window.view_tabs, Qt.Corner.TopRightCorner)
     window.studio_page = QWidget()
-    layout = QVBoxLayout(window.studio_page)
-    layout.setContentsMargins(4, 4, 4, 4)
-    layout.addWidget(window.views)
+    QVBoxLayout(window.studio_page).addWidget(window.views)
     window.pages = QStackedWidget()
     window.pages.addWidget(window.first_run)
     window.pages.addWidget(window.studio_page)

@@ -155,5 +155,5 @@ def test_bad_targets_and_samples_get_clear_errors(tmp_path, take):
     with pytest.raises(errors.ExportError, match="mono"):
         export_take(np.zeros((10, 2), dtype=np.float32), tmp_path, "take")
     with pytest.raises(errors.ExportError, match="Unknown export format"):
-        export_take(take, tmp_path, "take", fmt="mp3")
+        export_take(take, tmp_path, "take", fmt="aiff")
     assert _listing(tmp_path) == []
