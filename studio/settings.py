@@ -83,6 +83,9 @@ class Settings:
     audio_output_device: str = ""
     stream: bool = True
     denoise: bool = False
+    # exported takes and scripts: the rate (0: the model's) and the loudness (0: as made, else LUFS)
+    export_sample_rate: int = 0
+    export_loudness_lufs: float = 0.0
     # automatic transcripts: a Whisper folder or hub id (downloaded once); "" turns them off
     asr_model: str = DEFAULT_ASR_MODEL
     # free-form per-panel state other parts may keep here (JSON-serialisable values only)
@@ -97,6 +100,17 @@ class Settings:
             raise ValueError(f"engine_url must be an http:// or https:// address, not {self.engine_url!r}")
         if not math.isfinite(self.vram_budget_gb):
             raise ValueError("vram_budget_gb must be a number of GiB (0: automatic)")
+        from studio.audio.export import OUTPUT_RATES
+
+        if self.export_sample_rate not in (0, *OUTPUT_RATES):
+            raise ValueError(f"export_sample_rate must be 0 (the model's) or one of {OUTPUT_RATES}")
+        if self.export_loudness_lufs != 0.0 and not -40.0 <= self.export_loudness_lufs <= -6.0:
+            raise ValueError("export_loudness_lufs must be 0 (as made) or from -40 to -6 LUFS")
+
+    @property
+    def export_loudness(self) -> float | None:
+        """The exports' loudness target in LUFS, None when exports keep the level they were made at."""
+        return self.export_loudness_lufs or None
 
     def resolved_output_dir(self) -> Path:
         """The folder new takes go to (``output_dir`` or the data folder's ``takes``)."""

@@ -263,28 +263,41 @@ class TakeStore:
         folder: str | os.PathLike[str],
         fmt: str = "wav16",
         prefer_denoised: bool = True,
+        sample_rate: int = 0,
+        loudness_lufs: float | None = None,
     ) -> list:
         """Export takes through the audio core (atomic; a free name instead of overwriting).
 
-        ``fmt`` is the audio core's format name: ``wav16`` (int16), ``wav32f`` (float) or ``flac``.
-        Returns the audio core's ExportResult per take (path, clipped-sample warnings).
+        ``fmt`` is the audio core's format name (``wav16``, ``wav32f``, ``flac``, ``mp3``, ``ogg``, ``opus``);
+        ``sample_rate`` (0: the take's own) and ``loudness_lufs`` (None: as made) master the copy.
+        Returns the audio core's ExportResult per take (path, clipped-sample and loudness warnings).
         """
         from studio.audio.export import export_take
 
         results = []
         for take_id in take_ids:
             take = self.get(take_id)
-            audio, rate = self.load_audio(take_id, prefer_denoised)
+            audio, rate, notes = self._mastered(take_id, prefer_denoised, sample_rate, loudness_lufs)
             results.append(export_take(audio, Path(folder), take.name, fmt=fmt, sample_rate=rate))
+            results[-1].warnings[:0] = notes
         return results
 
     def export_as(
-        self, take_id: str, path: str | os.PathLike[str], fmt: str = "wav16", prefer_denoised: bool = True
-    ):
+        self, take_id: str, path: str | os.PathLike[str], fmt: str = "wav16", prefer_denoised: bool = True,
+        sample_rate: int = 0, loudness_lufs: float | None = None,
+    ):  # fmt: skip
         """Export one take to the file the user named (replacing it: the save dialog asked); its ExportResult."""
         from studio.audio.export import export_take
 
         target = Path(path)
-        audio, rate = self.load_audio(take_id, prefer_denoised)
+        audio, rate, notes = self._mastered(take_id, prefer_denoised, sample_rate, loudness_lufs)
         stem = target.name[: -len(target.suffix)] if target.suffix else target.name
-        return export_take(audio, target.parent, stem, fmt=fmt, sample_rate=rate, on_conflict="overwrite")
+        result = export_take(audio, target.parent, stem, fmt=fmt, sample_rate=rate, on_conflict="overwrite")
+        result.warnings[:0] = notes
+        return result
+
+    def _mastered(self, take_id: str, prefer_denoised: bool, sample_rate: int, loudness_lufs: float | None):
+        from studio.audio.loudness import master
+
+        audio, rate = self.load_audio(take_id, prefer_denoised)
+        return master(audio, rate, sample_rate, loudness_lufs)

@@ -64,3 +64,20 @@ def normalise(samples: np.ndarray, sample_rate: int, target_lufs: float,
     gain_db = min(gain_db, headroom)
     out = (np.asarray(samples, dtype=np.float64) * 10 ** (gain_db / 20)).astype(np.float32)
     return Normalised(out, gain_db, before, before + gain_db, limited)
+
+
+def master(samples: np.ndarray, rate: int, to_rate: int = 0, loudness_lufs: float | None = None,
+           ceiling_dbtp: float = DEFAULT_CEILING_DBTP) -> tuple[np.ndarray, int, list[str]]:  # fmt: skip
+    """An export's last step: resampled to ``to_rate`` (0: as it is, soxr), then normalised to
+    ``loudness_lufs`` (None: as it is) under the true-peak ceiling; (samples, rate, notes for the user)."""
+    from studio.audio.export import resample
+
+    out_rate = to_rate or rate
+    samples = resample(np.asarray(samples, dtype=np.float32), rate, out_rate)
+    notes = []
+    if loudness_lufs is not None:
+        level = normalise(samples, out_rate, loudness_lufs, ceiling_dbtp)
+        samples = level.samples
+        if level.peak_limited:
+            notes.append(level.note(loudness_lufs))
+    return samples, out_rate, notes

@@ -81,6 +81,7 @@ class MainWindow(QMainWindow):
         self.text_panel = TextPanel()
         self.preview = PreviewPanel()
         self.takes_panel = TakesPanel(self.store)
+        self.takes_panel.mastering = (settings.export_sample_rate, settings.export_loudness)
         gpu_query = gpu_query or remote_gpu_query(settings)
         self.gpu_panel = GpuPanel(query=gpu_query) if gpu_query else GpuPanel()
         self.first_run = FirstRunPanel(data_dir(create=False) / "models")
@@ -355,6 +356,7 @@ class MainWindow(QMainWindow):
         old = self.settings
         self.update_settings(new)
         self.voice_panel.auto_transcribe = bool(new.asr_model)
+        self.takes_panel.mastering = (new.export_sample_rate, new.export_loudness)
         if new.resolved_output_dir() != old.resolved_output_dir():
             self.store = TakeStore(new.resolved_output_dir())
             self.takes.store = self.store

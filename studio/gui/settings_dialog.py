@@ -107,6 +107,9 @@ def _device_combo(devices, current: str) -> QComboBox:
     return combo
 
 
+LOUDNESS_OFF = -40.5  # the loudness spin box's "as made"
+
+
 class SettingsDialog(QDialog):
     """Edit settings; ``result_settings()`` after ``accept`` gives the new values."""
 
@@ -126,6 +129,7 @@ class SettingsDialog(QDialog):
         form = QFormLayout(folders)
         form.addRow("Model folder", _folder_row(self.model_dir, "CosyVoice2 model folder"))
         form.addRow("Takes folder", _folder_row(self.output_dir, "Folder for takes"))
+        form.addRow("Exports", self._export_row(settings))
 
         self.backend = QComboBox()
         for name in BACKENDS:
@@ -215,6 +219,32 @@ class SettingsDialog(QDialog):
             layout.addWidget(group)
         layout.addWidget(buttons)
 
+    def _export_row(self, settings: Settings) -> QWidget:
+        """The rate and loudness of exported takes (one row: the dialog fits 1280x720)."""
+        from PySide6.QtWidgets import QHBoxLayout
+
+        from studio.audio.export import OUTPUT_RATES
+
+        self.export_rate = QComboBox()
+        self.export_rate.addItem("Model's rate", 0)
+        for rate in OUTPUT_RATES:
+            self.export_rate.addItem(f"{rate / 1000:g} kHz", rate)
+        self.export_rate.setCurrentIndex(max(0, self.export_rate.findData(settings.export_sample_rate)))
+        self.export_loudness = QDoubleSpinBox()
+        self.export_loudness.setRange(LOUDNESS_OFF, -6.0)
+        self.export_loudness.setSingleStep(0.5)
+        self.export_loudness.setSuffix(" LUFS")
+        self.export_loudness.setSpecialValueText("loudness as made")  # the minimum
+        self.export_loudness.setValue(settings.export_loudness or LOUDNESS_OFF)
+        self.export_loudness.setToolTip("Integrated loudness of exported takes (EBU R128), under a -1 dBTP "
+                                        "true-peak ceiling; -20 suits speech")  # fmt: skip
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.export_rate)
+        layout.addWidget(self.export_loudness, 1)
+        return row
+
     def _show_location_rows(self) -> None:
         remote = self.engine_where.currentData() == "server"
         for widget in (self.engine_url, self.engine_key):
@@ -245,6 +275,10 @@ class SettingsDialog(QDialog):
             engine_key=self.engine_key.text().strip(),
             audio_input_device=self.input_device.currentData(),
             audio_output_device=self.output_device.currentData(),
+            export_sample_rate=self.export_rate.currentData(),
+            export_loudness_lufs=0.0
+            if self.export_loudness.value() <= LOUDNESS_OFF
+            else self.export_loudness.value(),
         )
 
 

@@ -70,6 +70,7 @@ class TakesPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("TakesPanel")
         self.store = store
+        self.mastering: tuple[int, float | None] = (0, None)  # exports' (rate, loudness): from the settings
         self._pending: set[str] = set()
         self._exported_file: Path | None = None  # the last export, for "Show in folder"
         self.last_export_folder = str(Path.home())
@@ -297,11 +298,14 @@ class TakesPanel(QWidget):
                 folder = QFileDialog.getExistingDirectory(self, "Export takes to", self.last_export_folder)
             if not (folder or path):
                 return []
+        rate, loudness = self.mastering
         try:
             if path is not None:
-                results = [self.store.export_as(ids[0], path, fmt=fmt)]
+                results = [
+                    self.store.export_as(ids[0], path, fmt=fmt, sample_rate=rate, loudness_lufs=loudness)
+                ]
             else:
-                results = self.store.export(ids, folder, fmt=fmt)
+                results = self.store.export(ids, folder, fmt=fmt, sample_rate=rate, loudness_lufs=loudness)
         except DiskError as exc:
             QMessageBox.warning(self, "Export", exc.explain("nothing was exported"))
             return []

@@ -182,7 +182,7 @@ class ScriptRender:
 
     def finish_line(self, record: LineRecord, audio: np.ndarray, rate: int) -> None:
         """Resample, normalise and write one line's file (replacing an older take of it)."""
-        from studio.audio.loudness import normalise
+        from studio.audio.loudness import master
 
         audio = np.asarray(audio, dtype=np.float32)
         if audio.size == 0:
@@ -190,12 +190,9 @@ class ScriptRender:
         if not self.rate:
             self.fmt.check_rate(rate)
             self.rate = rate
-        audio = resample(audio, rate, self.rate)
-        notes = []
-        if self.settings.loudness_lufs is not None:
-            level = normalise(audio, self.rate, self.settings.loudness_lufs, self.settings.ceiling_dbtp)
-            audio = level.samples
-            notes += [level.note(self.settings.loudness_lufs)] if level.peak_limited else []
+        audio, _rate, notes = master(
+            audio, rate, self.rate, self.settings.loudness_lufs, self.settings.ceiling_dbtp
+        )
         result = write_audio(self.folder / record.file, audio, self.rate, self.fmt, overwrite=True)
         record.seconds, record.notes = audio.size / self.rate, notes + result.warnings
         record.status, record.error = "rendered", ""

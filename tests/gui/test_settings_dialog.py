@@ -21,6 +21,8 @@ def test_dialog_edits_are_persisted_and_applied(qtbot, tmp_path, monkeypatch):
     dialog.backend.setCurrentIndex(dialog.backend.findData("pytorch"))
     dialog.max_num_seqs.setValue(64)
     dialog.output_dir.setText(str(tmp_path / "my takes"))
+    dialog.export_rate.setCurrentIndex(dialog.export_rate.findData(48000))
+    dialog.export_loudness.setValue(-18.0)
     new = dialog.result_settings()
     assert engine_changed(window.settings, new)
     window.apply_settings(new)
@@ -32,6 +34,13 @@ def test_dialog_edits_are_persisted_and_applied(qtbot, tmp_path, monkeypatch):
         str(tmp_path / "my takes"),
     )
     assert window.store.folder == tmp_path / "my takes" and window.takes_panel.store is window.store
+    assert (saved.export_sample_rate, saved.export_loudness) == (48000, -18.0)
+    assert window.takes_panel.mastering == (48000, -18.0)  # the takes' exports use them
+    dialog.export_loudness.setValue(dialog.export_loudness.minimum())
+    assert (
+        dialog.export_loudness.text() == "loudness as made"
+        and dialog.result_settings().export_loudness is None
+    )
     assert restarts == []  # no model yet: nothing to restart
     assert not engine_changed(saved, dialog.result_settings())
     window.shutdown()

@@ -128,3 +128,21 @@ def test_export_as_writes_the_file_the_user_named(tmp_path):
     result = store.export_as(take.id, target, fmt="flac")
     assert result.path == target and sf.info(target).format == "FLAC"
     np.testing.assert_allclose(sf.read(target, dtype="float32")[0], tone(), atol=1e-4)
+
+
+def test_exports_can_be_resampled_and_loudness_normalised(tmp_path):
+    import pyloudnorm
+
+    store = TakeStore(tmp_path / "takes")
+    rng = np.random.default_rng(0)
+    speechlike = (0.02 * rng.standard_normal(3 * 24000) * (1 + np.sin(np.arange(3 * 24000) / 2400))).astype(
+        np.float32
+    )
+    take = store.add(speechlike, 24000, text="mastered export")
+    (out := tmp_path / "out").mkdir()
+    [result] = store.export([take.id], out, fmt="mp3", sample_rate=48000, loudness_lufs=-20.0)
+    audio, rate = sf.read(result.path, dtype="float64")
+    assert rate == 48000 and result.path.suffix == ".mp3"
+    assert abs(pyloudnorm.Meter(rate).integrated_loudness(audio) + 20) < 0.5
+    loud = store.export_as(take.id, out / "loud.wav", fmt="wav16", loudness_lufs=-6.0)
+    assert any("true-peak ceiling" in warning for warning in loud.warnings)  # it says why it is quieter
