@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     except (ScriptError, AudioError, ExportError, ModelFolderError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full or read-only disk: the lines already written stay, with what is known
+        print(f"error: {exc}; the lines written so far are kept: free space, then run again with --resume",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print("stopped; what was rendered is kept: run again with --resume to go on", file=sys.stderr)
         return 130
@@ -149,7 +153,7 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
         return (np.concatenate(chunks) if chunks else np.zeros(0, np.float32)), rate
 
     todo = sum(not r.done for r in records)
-    last_save = [time.monotonic()]
+    last_save = [time.monotonic(), 0.0]  # when, and how long it took (a 100,000-line manifest is big)
     cancel = threading.Event()
     with tqdm(total=todo, unit="line", file=sys.stderr, dynamic_ncols=True, disable=todo == 0) as bar:
 
@@ -157,9 +161,12 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
             bar.update(1)
             if record.status == "failed":
                 bar.write(f"line {record.number} failed: {record.error}")
-            if time.monotonic() - last_save[0] > 5:  # a killed render keeps what it made
+            if time.monotonic() - last_save[0] > max(
+                5.0, 20 * last_save[1]
+            ):  # a killed render keeps its lines
+                began = time.monotonic()
                 render.save(records)
-                last_save[0] = time.monotonic()
+                last_save[:] = [time.monotonic(), time.monotonic() - began]
 
         try:
             render.run(records, synthesize, concurrency, on_line=on_line, cancel=cancel)

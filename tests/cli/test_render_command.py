@@ -153,3 +153,18 @@ def test_a_line_that_fails_does_not_stop_the_others(tmp_path, tiny_model_dir, vo
     code, manifest = _render(tmp_path, tiny_model_dir, voices, script, "--resume")
     assert code == 0 and [x["status"] for x in manifest["lines"]] == ["reused", "rendered", "reused"]
     assert (tmp_path / "out" / "joined.wav").is_file()
+
+
+def test_a_full_disk_fails_the_lines_it_refuses_and_keeps_those_written(tmp_path, tiny_model_dir, voices, capsys,
+                                                                       small_disk):  # fmt: skip
+    disk = small_disk(900)  # room for a line or two of the tiny model's babble, not for four
+    script = tmp_path / "script.txt"
+    script.write_text(SCRIPT, encoding="utf-8")
+    code = main(["render", str(script), "--model", str(tiny_model_dir), "--out", str(disk / "out"), *voices,
+                 "--seed", "7", "--concurrency", "1"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "full" in err and ("failed" in err or "--resume" in err)
+    written = sorted(p.name for p in (disk / "out").glob("0*.wav"))
+    assert written and all(sf.info(disk / "out" / name).frames > 0 for name in written)  # whole files only
+    assert not list((disk / "out").glob("*.part"))  # no half-written file left behind
