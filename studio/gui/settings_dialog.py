@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtMultimedia import QMediaDevices
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -214,9 +216,21 @@ class SettingsDialog(QDialog):
         )
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
+        page = QWidget()
+        groups = QVBoxLayout(page)
+        groups.setContentsMargins(0, 0, 0, 0)
         for group in (folders, location, engine, transcripts, audio):
-            layout.addWidget(group)
+            groups.addWidget(group)
+        groups.addStretch(1)
+        scroll = QScrollArea()  # a short screen scrolls the groups rather than squeezing their rows
+        scroll.setWidget(page)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        room = (self.screen().availableGeometry().height() - 120) if self.screen() else 600
+        scroll.setMinimumHeight(max(240, min(page.sizeHint().height(), room)))  # all of it, where it fits
+        layout = QVBoxLayout(self)
+        layout.addWidget(scroll, 1)
         layout.addWidget(buttons)
 
     def _export_row(self, settings: Settings) -> QWidget:
