@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -311,8 +310,10 @@ class ScriptView(QWidget):
         self.retake_button.setEnabled(self.engine_ready and record is not None and record.done)
         self.play_button.setEnabled(record is not None and record.done)
         self.play_from_button.setEnabled(record is not None and record.done)
-        self.export_button.setEnabled(not busy and bool(self.controller.records)
-                                      and all(r.done for r in self.controller.records))  # fmt: skip
+        missing = sum(not r.done for r in self.controller.records)
+        self.export_button.setEnabled(not busy and bool(self.controller.records) and not missing)
+        self.export_button.setToolTip(f"Render all first: {missing} line(s) have no take yet" if missing else
+                                      "The lines, the joined track and subtitles, into a folder")  # fmt: skip
 
     def _record(self, row: int):
         """The rendered record of ``row`` when it still says what the row says, else None."""
@@ -329,6 +330,8 @@ class ScriptView(QWidget):
 
     # -- playing and exporting ---------------------------------------------------------------------
     def play(self, to_end: bool) -> bool:
+        import soundfile as sf
+
         rows = self.table.selected_rows()
         record = self._record(rows[0]) if len(rows) == 1 else None
         if record is None or self.transport is None:

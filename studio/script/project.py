@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-import soundfile as sf
-
 from studio.atomic_files import atomic_write_bytes, ensure_folder
 from studio.script.manifest import LineRecord, RenderSettings, VoicePrompt
 from studio.script.parse import ScriptLine, read_script
@@ -47,6 +45,8 @@ def export_render(project: ScriptRender, records: list[LineRecord], target: Path
                   subtitles: bool = True) -> JoinResult:  # fmt: skip
     """The project's rendered lines re-encoded into ``target`` (``settings``: format, rate, loudness, gaps),
     joined, with subtitles and a manifest; the project itself is left as it is."""
+    import soundfile as sf
+
     ensure_folder(target)
     out = ScriptRender(target, project.voices, settings, project.rate)
     out.lines = dict(project.lines)

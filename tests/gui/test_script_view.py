@@ -88,6 +88,13 @@ def test_render_all_edit_move_retake_and_export(qtbot, tiny_model_dir, monkeypat
     assert all(sf.info(view.folder / x["file"]).frames > 0 for x in manifest["lines"])
     first = _files(view)
 
+    view.table.selectRow(1)
+    if view.play(to_end=True):  # where there is an audio device: from line 2 to the end, with the gaps
+        transport = window.playback.transport
+        rest, rate = sum(sf.info(view.folder / r.file).frames for r in view.controller.records[1:]), 24000
+        assert transport.state == "playing" and transport.clip.sample_rate == rate
+        assert transport.clip.samples.size == rest + int(0.25 * rate) + int(0.75 * rate)  # a gap, a paragraph
+        transport.stop()
     view.table.item(2, 2).setText("He says something else now.")  # the user edits line 3
     assert (
         view.table.status_of(2) == "edited"
