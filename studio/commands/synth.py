@@ -1,4 +1,5 @@
-"""``cosyvoice-studio synth``: synthesise one take to a 24 kHz WAV and print first-chunk latency and RTF.
+"""``cosyvoice-studio synth``: synthesise one take to a file (WAV, FLAC, MP3, Ogg, Opus by its suffix) and print
+first-chunk latency and RTF.
 
 Runs the model in this process through the same loader and take runner as the engine
 (``studio.engine.runner``), so the backend choice is reported the same way.
@@ -41,7 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vllm", action="store_true", help="run the LLM on vLLM (reported if unavailable)")
     parser.add_argument("--fp16", action="store_true", help="half precision flow and vocoder (GPU)")
     parser.add_argument("--warmup", action="store_true", help="warm up first, so latency excludes cold start")
-    parser.add_argument("--out", required=True, metavar="OUT.wav", help="where to write the WAV")
+    parser.add_argument("--out", required=True, metavar="OUT.wav",
+                        help="where to write the take; its suffix picks the format: .wav, .flac, .mp3, .ogg, .opus")  # fmt: skip
+    parser.add_argument(
+        "--sample-rate", type=int, default=0, metavar="HZ", help="output rate (default: the model's)"
+    )
+    parser.add_argument("--loudness", type=float, default=None, metavar="LUFS",
+                        help="normalise to this integrated loudness (EBU R128, -1 dBTP ceiling), e.g. -20")  # fmt: skip
     from studio.commands.transcribe import add_asr_arguments
     from studio.commands.vllm_flags import add_vllm_arguments
 
@@ -63,13 +70,29 @@ def _read_prompt(path: str):
     return audio.samples, audio.sample_rate
 
 
+SUFFIX_FORMATS = {".wav": "wav16", ".flac": "flac", ".mp3": "mp3", ".ogg": "ogg", ".opus": "opus"}
+
+
+def output_format(path: Path):
+    """The export format named by ``path``'s suffix (16-bit WAV for .wav)."""
+    from studio.audio.export import ExportFormat
+
+    try:
+        return ExportFormat.parse(SUFFIX_FORMATS[path.suffix.lower()])
+    except KeyError:
+        raise ValueError(
+            f"--out {path.name}: end it in {', '.join(SUFFIX_FORMATS)} to pick the format"
+        ) from None
+
+
 def write_wav(path: Path, samples, sample_rate: int) -> list[str]:
-    """Write a 16-bit PCM WAV atomically through the audio core's exporter; returns its warnings."""
+    """Write the take atomically through the audio core's exporter, in the format of ``path``'s suffix;
+    returns its warnings."""
     from studio.atomic_files import ensure_folder
-    from studio.audio.export import ExportFormat, write_audio
+    from studio.audio.export import write_audio
 
     ensure_folder(path.parent)
-    return write_audio(path, samples, sample_rate, ExportFormat.WAV_INT16, overwrite=True).warnings
+    return write_audio(path, samples, sample_rate, output_format(path), overwrite=True).warnings
 
 
 class OutputRefused(Exception):
@@ -149,6 +172,9 @@ def _synth(args: argparse.Namespace) -> int:
 
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"model folder not found: {args.model}")
+    fmt = output_format(Path(args.out))  # a wrong suffix or rate is said before the model loads
+    if args.sample_rate:
+        fmt.check_rate(args.sample_rate)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     if not args.prompt_wav and not args.voice:
         raise ValueError("give --prompt-wav F (a recording of the voice) or --voice ID (a saved voice)")
@@ -192,8 +218,10 @@ def _synth(args: argparse.Namespace) -> int:
     if audio.size == 0:
         raise ValueError("the model produced no audio")
     out = Path(args.out)
-    rate = runner.output_rate(loaded.model)
-    for warning in write_or_keep(out, audio, rate, text):
+    from studio.audio.loudness import master
+
+    audio, rate, notes = master(audio, runner.output_rate(loaded.model), args.sample_rate, args.loudness)
+    for warning in notes + write_or_keep(out, audio, rate, text):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {out} ({stats.audio_seconds:.2f} s of audio at {rate} Hz)")
     print(f"first-chunk latency: {stats.first_chunk_latency * 1000:.0f} ms")

@@ -37,16 +37,40 @@ def test_synth_writes_a_24k_wav_and_prints_latency_and_rtf(tmp_path, tiny_model_
     assert "50 speech tokens" in printed
 
 
+def test_synth_writes_the_format_of_its_suffix_at_the_rate_and_loudness_asked(
+    tmp_path, tiny_model_dir, prompt_wav
+):
+    import pyloudnorm
+
+    out = tmp_path / "hello.mp3"
+    rc = main([
+        "synth", "--model", str(tiny_model_dir), "--text", "Hello there, studio.", "--prompt-wav", str(prompt_wav),
+        "--prompt-text", WARMUP_PROMPT_TEXT, "--seed", "4", "--tokens", "50", "--out", str(out),
+        "--sample-rate", "44100", "--loudness", "-23",
+    ])  # fmt: skip
+    assert rc == 0
+    audio, rate = sf.read(out, dtype="float64")
+    assert sf.info(out).format == "MP3" and rate == 44100
+    assert abs(pyloudnorm.Meter(rate).integrated_loudness(audio) + 23) < 0.5
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--model", "/nonexistent/model", "--prompt-wav", "p.wav"], "model folder not found"),
+        (["--prompt-wav", "p.wav", "--out", "take.aiff"], "end it in .wav, .flac, .mp3, .ogg, .opus"),
+        (
+            ["--prompt-wav", "p.wav", "--out", "take.opus", "--sample-rate", "44100"],
+            "Opus needs a sample rate",
+        ),
         (["--prompt-text", "x"], "--prompt-wav"),
         (["--prompt-wav", "/nonexistent/p.wav"], "p.wav"),
     ],
 )
 def test_synth_bad_input_is_a_clear_error(tmp_path, tiny_model_dir, capsys, extra, message):
-    args = ["synth", "--text", "Hi.", "--out", str(tmp_path / "o.wav")] + extra
+    args = (
+        ["synth", "--text", "Hi."] + ([] if "--out" in extra else ["--out", str(tmp_path / "o.wav")]) + extra
+    )
     if "--model" not in extra:
         args += ["--model", str(tiny_model_dir)]
     assert main(args) == 2
