@@ -17,8 +17,8 @@ from studio import envs
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "synth",
-        help="synthesise text to a WAV file",
-        description="Synthesise one take with a voice prompt and write it as a 24 kHz WAV.",
+        help="synthesise text to an audio file",
+        description="Synthesise one take with a voice prompt and write it (WAV, FLAC, MP3, Ogg or Opus).",
     )
     parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
     text = parser.add_mutually_exclusive_group(required=True)

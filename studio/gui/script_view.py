@@ -38,6 +38,10 @@ from studio.script.manifest import RenderSettings
 from studio.script.parse import ScriptError, read_script
 from studio.script.project import SCRIPT_NAME, export_render, load_script, save_script
 
+NO_VOICES = (
+    "No saved voices yet: in Single take, record or import a voice and press Save voice…; "
+    "lines name saved voices"
+)
 PLAY_FROM_LIMIT_S = 15 * 60  # "play from here" joins at most this much in memory
 
 
@@ -216,6 +220,10 @@ class ScriptView(QWidget):
         self.voice_combo.addItems([v.name for v in self.library.list()])
         if current:
             self.voice_combo.setCurrentText(current)
+        if self.voice_combo.count() == 0 and not self.status.text():
+            self.status.setText(NO_VOICES)
+        elif self.voice_combo.count() and self.status.text() == NO_VOICES:
+            self.status.setText("")
         self._update_buttons()
 
     # -- editing -----------------------------------------------------------------------------------

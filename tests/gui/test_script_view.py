@@ -155,3 +155,13 @@ def test_the_script_and_its_takes_are_there_after_a_restart(
     assert "unknown voice Carol: save it in the voice panel" in view.status.text()
     assert "known: Alice, Bob" in view.status.text() and not view.play_button.isEnabled()
     window.shutdown()
+
+
+def test_without_saved_voices_the_view_says_how_to_get_one(qtbot, tiny_model_dir, monkeypatch):
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=False)
+    view = window.script_view
+    assert "No saved voices yet" in view.status.text() and "Save voice" in view.status.text()
+    VoiceLibrary(data_dir() / "voices").save("Dana", 0.4 * synthetic_voice(16000, 3.0), 16000, "")
+    view.refresh_voices()  # as when the tab is shown again
+    assert view.status.text() == "" and view.voice_combo.currentText() == "Dana"
+    window.shutdown()
