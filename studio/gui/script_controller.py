@@ -19,7 +19,11 @@ from studio.script.parse import ScriptLine
 from studio.script.project import voices_for
 from studio.script.render import ScriptRender, line_request
 
-PROJECT_SETTINGS = RenderSettings(format="wav16")  # lossless in the project; exports convert
+PROJECT_SETTINGS = RenderSettings(format="wav16")
+ENGINE_GONE = (
+    "take lost:",
+    "the engine is not running",
+)  # the client's words when the engine went away  # lossless in the project; exports convert
 
 
 @dataclass
@@ -45,6 +49,7 @@ class ScriptController(QObject):
         self.inflight: dict[str, _InFlight] = {}
         self.started_at = 0.0
         self.run_lines: set[int] = set()  # the lines the last run sent to the engine
+        self.engine_down = False  # crashed or stopped: nothing is sent until it is ready again
         bridge.sig_chunk.connect(self._on_chunk)
         bridge.sig_take_finished.connect(self._on_finished)
         bridge.sig_error.connect(self._on_error)
@@ -99,7 +104,7 @@ class ScriptController(QObject):
 
     # -- engine events -----------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        while self.queue and len(self.inflight) < self.concurrency:
+        while self.queue and len(self.inflight) < self.concurrency and not self.engine_down:
             record = self.queue.pop(0)
             line = self.render.lines[record.number]
             try:
@@ -139,11 +144,18 @@ class ScriptController(QObject):
         if error.request_id is None:
             return  # the engine itself: its state change ends the lines in flight
         take = self.inflight.pop(error.request_id, None)
-        if take is not None:
-            self._fail(take.record, error.message)
+        if take is None:
+            return
+        if error.message.startswith(ENGINE_GONE):  # not this line's fault: the rest wait for the engine
+            self.engine_down = True
+            self.stop()
+        self._fail(take.record, error.message)
 
     def _on_state(self, state: State) -> None:
-        if state.state in (EngineState.CRASHED, EngineState.STOPPED) and self.inflight:
+        if state.state in (EngineState.READY, EngineState.BUSY):
+            self.engine_down = False
+        elif state.state in (EngineState.CRASHED, EngineState.STOPPED, EngineState.ERROR):
+            self.engine_down = True
             for take in list(self.inflight.values()):
                 self._fail(take.record, f"the engine {state.state.value} during this line")
             self.inflight.clear()

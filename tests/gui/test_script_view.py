@@ -165,3 +165,40 @@ def test_without_saved_voices_the_view_says_how_to_get_one(qtbot, tiny_model_dir
     view.refresh_voices()  # as when the tab is shown again
     assert view.status.text() == "" and view.voice_combo.currentText() == "Dana"
     window.shutdown()
+
+
+def test_a_crashed_engine_keeps_the_finished_lines_and_render_all_finishes_the_rest(
+    qtbot, tiny_model_dir, monkeypatch, tmp_path, library
+):
+    import os
+    import signal
+
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=True)
+    view = window.script_view
+    view.controller.concurrency = 1  # one line at a time: the kill lands with lines still to come
+    script = tmp_path / "Crash.txt"
+    script.write_text(SCRIPT, encoding="utf-8")
+    view.open_script(str(script))
+    first_done = []
+    view.controller.sig_line.connect(
+        lambda r: first_done.append(r.number) if r.status == "rendered" else None
+    )
+    with qtbot.waitSignal(view.controller.sig_finished, timeout=ENGINE_TIMEOUT_MS) as ended:
+        view.render_button.click()
+        qtbot.waitUntil(lambda: bool(first_done), timeout=ENGINE_TIMEOUT_MS)
+        os.kill(window.bridge.client.pid, signal.SIGKILL)
+    summary = ended.args[0]
+    assert (
+        "take lost" in summary and "not rendered (stopped)" in summary
+    )  # the rest were not sent to a dead engine
+    kept = [r for r in view.controller.records if r.status == "rendered"]
+    assert kept and all((view.folder / r.file).is_file() for r in kept)
+    before = {r.file: (view.folder / r.file).read_bytes() for r in kept}
+    assert not view.render_button.isEnabled()  # the engine is down
+
+    window.engine_status.restart_button.click()
+    qtbot.waitUntil(lambda: view.render_button.isEnabled(), timeout=ENGINE_TIMEOUT_MS)
+    _render(qtbot, view, view.render_button)
+    assert all(s.startswith("✓") for s in _statuses(view))
+    assert all((view.folder / name).read_bytes() == data for name, data in before.items())  # not made again
+    window.shutdown()
