@@ -61,6 +61,7 @@ class ScriptView(QWidget):
         self.folder: Path | None = None
         self.transport = None  # set by the window once its playback exists
         self.engine_ready = False
+        self.exporting = False
         self.controller = ScriptController(bridge, library, self)
         self.table = ScriptTable(lambda: [v.name for v in library.list()])
         self._edit_triggers = self.table.editTriggers()
@@ -197,7 +198,7 @@ class ScriptView(QWidget):
     def _changed(self) -> None:
         """An edit: saved at once; the statuses say again which lines have a take of their present text."""
         self.save()
-        if not self.controller.busy and self.folder is not None:
+        if not (self.controller.busy or self.exporting) and self.folder is not None:
             self._show_render_state()
 
     def save(self) -> None:
@@ -303,7 +304,7 @@ class ScriptView(QWidget):
         self._update_buttons()
 
     def _update_buttons(self) -> None:
-        busy, rows = self.controller.busy, self.table.selected_rows()
+        busy, rows = self.controller.busy or self.exporting, self.table.selected_rows()
         self.table.setEditTriggers(
             QAbstractItemView.EditTrigger.NoEditTriggers if busy else self._edit_triggers
         )
@@ -314,7 +315,7 @@ class ScriptView(QWidget):
         self.set_voice_button.setEnabled(not busy and bool(rows) and self.voice_combo.count() > 0)
         self.render_button.setEnabled(not busy and self.engine_ready and self.table.rowCount() > 0)
         self.render_button.setToolTip("" if self.engine_ready else "The engine is not ready yet")
-        self.stop_button.setEnabled(busy)
+        self.stop_button.setEnabled(self.controller.busy)
         self.retake_button.setEnabled(self.engine_ready and record is not None and record.done)
         self.play_button.setEnabled(record is not None and record.done)
         self.play_from_button.setEnabled(record is not None and record.done)
@@ -375,12 +376,14 @@ class ScriptView(QWidget):
                 return
         target = Path(folder) / self.folder.name
         records, settings = list(self.controller.records), self.export_settings()
-        self.export_button.setEnabled(False)
+        self.exporting = True  # no edits meanwhile: an edit may move the files the export reads
+        self._update_buttons()
         self.status.setText(f"Exporting to {target}…")
         self.jobs.submit(export_render, self.controller.render, records, target, settings, self.subtitles.isChecked(),
                          callback=self._on_exported)  # fmt: skip
 
     def _on_exported(self, result=None, error=None) -> None:
+        self.exporting = False
         self._update_buttons()
         if error is not None:
             text = f"Export failed: {error}"

@@ -123,6 +123,8 @@ def test_render_all_edit_move_retake_and_export(qtbot, tiny_model_dir, monkeypat
     out = tmp_path / "exports"
     with qtbot.waitSignal(view.sig_message, timeout=60_000, check_params_cb=lambda m: "Exported" in m):
         view.export(str(out))
+        assert not view.add_button.isEnabled() and not view.render_button.isEnabled()  # files are being read
+    assert view.add_button.isEnabled()
     target = out / "My story"
     lines = [sf.info(target / f"00{n}.flac").frames for n in range(1, 5)]
     joined, rate = sf.read(target / "joined.flac", dtype="float64")
