@@ -76,7 +76,7 @@ class ScriptController(QObject):
             record.status = "queued"
             self.sig_line.emit(record)
         self._report_progress()
-        self._dispatch()
+        self.dispatch()
         return records
 
     def retake(self, number: int) -> None:
@@ -89,7 +89,7 @@ class ScriptController(QObject):
             self._begin_run()
         self.queue.append(record)
         self.sig_line.emit(record)
-        self._dispatch()
+        self.dispatch()
 
     def _begin_run(self) -> None:
         self.started_at, self.run_lines = time.monotonic(), set()
@@ -103,7 +103,7 @@ class ScriptController(QObject):
             self.bridge.cancel(request_id)
 
     # -- engine events -----------------------------------------------------------------------------
-    def _dispatch(self) -> None:
+    def dispatch(self) -> None:
         while self.queue and len(self.inflight) < self.concurrency and not self.engine_down:
             record = self.queue.pop(0)
             line = self.render.lines[record.number]
@@ -172,7 +172,7 @@ class ScriptController(QObject):
         except OSError as exc:
             self.sig_message.emit(f"Could not save the script's manifest: {exc}")
         self._report_progress()
-        self._dispatch()
+        self.dispatch()
         if not self.busy:
             self.sig_finished.emit(self.summary())
 

@@ -109,6 +109,17 @@ class ScriptTable(QTableWidget):
         self.selectRow(target)
         return target
 
+    def row_values(self, row: int) -> tuple[str, str, str, bool]:
+        """(voice, text, instruction, paragraph) of a row as it is, empty cells included."""
+        return (self.item(row, VOICE).text(), self.item(row, TEXT).text(), self.item(row, INSTRUCTION).text(),
+                bool(self.item(row, NUMBER).data(PARAGRAPH_ROLE)))  # fmt: skip
+
+    def insert_values(self, row: int, values: tuple[str, str, str, bool]) -> None:
+        self._filling = True
+        self._append(*values, row=min(row, self.rowCount()))
+        self._renumber()
+        self._filling = False
+
     def remove_rows(self, rows: list[int]) -> None:
         for row in sorted(rows, reverse=True):
             self.removeRow(row)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -78,7 +79,10 @@ class ScriptView(QWidget):
         top.addWidget(self.new_button)
         top.addWidget(self.open_button)
         self.add_button = _button("+ Line", "Add a line after the selected one")
-        self.remove_button = _button("Remove", "Remove the selected lines")
+        self.remove_button = _button("Remove", "Remove the selected lines (Delete)")
+        self.undo_button = _button("Undo remove", "Put the removed lines back (Ctrl+Z)")
+        self.undo_button.setVisible(False)
+        self.removed: list[tuple[int, tuple]] = []  # (row, values) of the lines removed last
         self.up_button, self.down_button = (
             _button("↑", "Move the line up"),
             _button("↓", "Move the line down"),
@@ -90,18 +94,22 @@ class ScriptView(QWidget):
         self.play_from_button = _button("▶ From here", "Play from the selected line to the end")
         self.retake_button = _button("⟳ Retake", "Render the selected line again with a new seed")
         tools = FlowLayout()
-        for widget in (self.add_button, self.remove_button, self.up_button, self.down_button, self.voice_combo,
-                       self.set_voice_button, self.play_button, self.play_from_button, self.retake_button):  # fmt: skip
+        for widget in (self.add_button, self.remove_button, self.undo_button, self.up_button, self.down_button,
+                       self.voice_combo, self.set_voice_button, self.play_button, self.play_from_button,
+                       self.retake_button):  # fmt: skip
             tools.addWidget(widget)
         self.render_button = _button("Render all", "Render every line not rendered yet (changed lines again)")
         self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
+        self.at_once = QSpinBox(minimum=1, maximum=32, value=4, suffix=" at once")
+        self.at_once.setToolTip("Lines the engine makes at the same time (a GPU batches them: more is faster "
+                                "until its memory budget is reached; further lines wait)")  # fmt: skip
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m lines")
         self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         render_row = QHBoxLayout()
-        for widget in (self.render_button, self.stop_button):
+        for widget in (self.render_button, self.stop_button, self.at_once):
             render_row.addWidget(widget)
         render_row.addWidget(self.progress, 1)
         self.format_combo = QComboBox()
@@ -143,6 +151,14 @@ class ScriptView(QWidget):
         self.retake_button.clicked.connect(self.retake)
         self.render_button.clicked.connect(self.render_all)
         self.stop_button.clicked.connect(self.controller.stop)
+        self.at_once.valueChanged.connect(self._set_concurrency)
+        remove = QShortcut(
+            QKeySequence(Qt.Key.Key_Delete), self.table, context=Qt.ShortcutContext.WidgetShortcut
+        )
+        remove.activated.connect(lambda: self.remove_lines() if self.remove_button.isEnabled() else None)
+        undo = QShortcut(QKeySequence.StandardKey.Undo, self.table, context=Qt.ShortcutContext.WidgetShortcut)
+        undo.activated.connect(self.undo_remove)
+        self.undo_button.clicked.connect(self.undo_remove)
         self.export_button.clicked.connect(lambda: self.export())
         self.table.sig_edited.connect(lambda _row: self._changed())
         self.table.itemSelectionChanged.connect(self._update_buttons)
@@ -156,6 +172,8 @@ class ScriptView(QWidget):
     def open_project(self, folder: Path) -> None:
         """Show the script kept in ``folder`` (a new, empty one when there is none)."""
         self.folder = Path(folder)
+        self.removed = []
+        self.undo_button.setVisible(False)
         try:
             lines = load_script(self.folder)
         except ScriptError as exc:
@@ -237,8 +255,27 @@ class ScriptView(QWidget):
         self.table.editItem(self.table.item(row, 2))
 
     def remove_lines(self) -> None:
-        self.table.remove_rows(self.table.selected_rows())
+        rows = self.table.selected_rows()
+        if not rows:
+            return
+        self.removed = [(row, self.table.row_values(row)) for row in rows]
+        self.table.remove_rows(rows)
         self._changed()
+        self.undo_button.setVisible(True)
+        self.status.setText(
+            f"Removed {len(rows)} line(s); Undo remove (Ctrl+Z) puts them back with their takes"
+        )
+
+    def undo_remove(self) -> None:
+        """The lines removed last, back in their places; their takes come back from .superseded/."""
+        if not self.removed or self.controller.busy or self.exporting:
+            return
+        for row, values in self.removed:
+            self.table.insert_values(row, values)
+        self.removed = []
+        self.undo_button.setVisible(False)
+        self._changed()
+        self.status.setText("")
 
     def move(self, delta: int) -> None:
         rows = self.table.selected_rows()
@@ -249,6 +286,10 @@ class ScriptView(QWidget):
     def set_voice(self) -> None:
         for row in self.table.selected_rows():
             self.table.item(row, 1).setText(self.voice_combo.currentText())  # emits sig_edited: saved
+
+    def _set_concurrency(self, value: int) -> None:
+        self.controller.concurrency = value
+        self.controller.dispatch()  # more at once takes effect at once
 
     # -- rendering ---------------------------------------------------------------------------------
     def render_all(self) -> None:
@@ -309,8 +350,8 @@ class ScriptView(QWidget):
             QAbstractItemView.EditTrigger.NoEditTriggers if busy else self._edit_triggers
         )
         record = self._record(rows[0]) if len(rows) == 1 else None
-        for widget in (self.add_button, self.remove_button, self.up_button, self.down_button, self.new_button,
-                       self.open_button, self.set_voice_button):  # fmt: skip
+        for widget in (self.add_button, self.remove_button, self.undo_button, self.up_button, self.down_button,
+                       self.new_button, self.open_button, self.set_voice_button):  # fmt: skip
             widget.setEnabled(not busy)
         self.set_voice_button.setEnabled(not busy and bool(rows) and self.voice_combo.count() > 0)
         self.render_button.setEnabled(not busy and self.engine_ready and self.table.rowCount() > 0)

@@ -114,8 +114,9 @@ class ScriptRender:
         self, records: list[LineRecord], earlier: dict[str, LineRecord], before: list[LineRecord]
     ) -> None:
         """Unchanged lines keep their files (moved to their new numbers); files of lines that changed or
-        went go to ``.superseded/`` (the last of each kept there: a liked take edited by mistake can be
-        found), so a shorter script leaves no 051.wav behind. Files of another format stay."""
+        went go to ``.superseded/`` (the last take of each key), so a shorter script leaves no 051.wav
+        behind, and a line put back as it was (an undone edit or removal) gets its take back from there.
+        Files of another format stay."""
         moves, used = [], set()
         for record in records:
             old = earlier.get(record.key)
@@ -123,25 +124,41 @@ class ScriptRender:
                 continue
             used.add(old.file)
             moves.append((record, old))
+        superseded = self.folder / SUPERSEDED
         for old in before:
             path = self.folder / old.file
             if old.file and old.file not in used and old.file.endswith(self.fmt.suffix) and path.is_file():
-                (self.folder / SUPERSEDED).mkdir(exist_ok=True)
-                os.replace(path, self.folder / SUPERSEDED / f"{old.key}-{old.file}")
-        if not moves:
-            return
-        staging = self.folder / STAGING  # a file may move to a name another one still holds
-        staging.mkdir(exist_ok=True)
-        for _record, old in moves:
-            os.replace(self.folder / old.file, staging / old.file)
-        for record, old in moves:
-            os.replace(staging / old.file, self.folder / record.file)
-            record.status, record.seconds, record.notes = "reused", old.seconds, old.notes
-        staging.rmdir()
-        if not self.rate:  # the model's rate, as the earlier render wrote it
-            import soundfile as sf
+                superseded.mkdir(exist_ok=True)
+                os.replace(path, superseded / f"{old.key}-{old.seed}{self.fmt.suffix}")
+        if moves:
+            staging = self.folder / STAGING  # a file may move to a name another one still holds
+            staging.mkdir(exist_ok=True)
+            for _record, old in moves:
+                os.replace(self.folder / old.file, staging / old.file)
+            for record, old in moves:
+                os.replace(staging / old.file, self.folder / record.file)
+                record.status, record.seconds, record.notes = "reused", old.seconds, old.notes
+            staging.rmdir()
+        self._bring_back(records, superseded, {record.number for record, _old in moves})
 
-            self.rate = sf.info(self.folder / moves[0][0].file).samplerate
+    def _bring_back(self, records: list[LineRecord], superseded: Path, placed: set[int]) -> None:
+        import soundfile as sf
+
+        for record in records:
+            if record.number in placed or not superseded.is_dir():
+                continue
+            kept = sorted(superseded.glob(f"{record.key}-*{self.fmt.suffix}"))
+            if not kept:
+                continue
+            seed = kept[0].name[len(record.key) + 1 : -len(self.fmt.suffix)]
+            os.replace(kept[0], self.folder / record.file)
+            info = sf.info(self.folder / record.file)
+            record.status, record.seconds = "reused", info.frames / info.samplerate
+            record.seed = int(seed) if seed.isdigit() and self.settings.seed is None else record.seed
+            placed.add(record.number)
+        if placed and not self.rate:  # the model's rate, as the earlier render wrote it
+            first = next(r for r in records if r.number in placed)
+            self.rate = sf.info(self.folder / first.file).samplerate
 
     # -- rendering ---------------------------------------------------------------------------------
     def run(self, records: list[LineRecord], synthesize: Synthesizer, concurrency: int = 4,

@@ -168,3 +168,17 @@ def test_a_full_disk_fails_the_lines_it_refuses_and_keeps_those_written(tmp_path
     written = sorted(p.name for p in (disk / "out").glob("0*.wav"))
     assert written and all(sf.info(disk / "out" / name).frames > 0 for name in written)  # whole files only
     assert not list((disk / "out").glob("*.part"))  # no half-written file left behind
+
+
+def test_a_line_put_back_as_it_was_gets_its_take_back_from_superseded(tmp_path, tiny_model_dir, voices):
+    code, first = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
+    assert code == 0
+    out = tmp_path / "out"
+    takes = {x["text"]: (out / x["file"]).read_bytes() for x in first["lines"]}
+    shorter = SCRIPT.replace("He keeps the voice of the line before.\n", "")
+    code, second = _render(tmp_path, tiny_model_dir, voices, shorter, "--resume")
+    assert code == 0 and not (out / "004.wav").exists()  # the shorter script leaves no stale file
+    assert len(list((out / ".superseded").glob("*.wav"))) == 1  # the removed line's take, set aside
+    code, third = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--resume")  # the line is back
+    assert code == 0 and {x["status"] for x in third["lines"]} == {"reused"}
+    assert {x["text"]: (out / x["file"]).read_bytes() for x in third["lines"]} == takes

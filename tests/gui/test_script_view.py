@@ -12,6 +12,7 @@ import numpy as np
 import pyloudnorm
 import pytest
 import soundfile as sf
+from PySide6.QtCore import Qt
 
 from studio.engine.protocol import EngineState
 from studio.engine.warmup import synthetic_voice
@@ -87,6 +88,14 @@ def test_render_all_edit_move_retake_and_export(qtbot, tiny_model_dir, monkeypat
     assert [x["voice"] for x in manifest["lines"]] == ["Alice", "Bob", "Bob", "Alice"]
     assert all(sf.info(view.folder / x["file"]).frames > 0 for x in manifest["lines"])
     first = _files(view)
+
+    view.table.selectRow(1)
+    view.remove_lines()  # removed by mistake: its take goes aside, Undo brings line and take back
+    assert view.table.rowCount() == 3 and view.undo_button.isVisible()
+    view.undo_remove()
+    assert view.table.rowCount() == 4 and view.table.item(1, 1).text() == "Bob"
+    assert all(s.startswith("✓") for s in _statuses(view))  # nothing to render again
+    assert _files(view) == first  # the same takes, not made again
 
     view.table.selectRow(1)
     if view.play(to_end=True):  # where there is an audio device: from line 2 to the end, with the gaps
@@ -166,6 +175,18 @@ def test_without_saved_voices_the_view_says_how_to_get_one(qtbot, tiny_model_dir
     VoiceLibrary(data_dir() / "voices").save("Dana", 0.4 * synthetic_voice(16000, 3.0), 16000, "")
     view.refresh_voices()  # as when the tab is shown again
     assert view.status.text() == "" and view.voice_combo.currentText() == "Dana"
+    view.add_line()
+    view.table.item(0, 2).setText("The first line.")
+    view.add_line()
+    view.table.item(1, 2).setText("The second line.")
+    view.table.setFocus()
+    qtbot.waitUntil(view.table.hasFocus)
+    view.table.selectRow(0)
+    qtbot.keyClick(view.table, Qt.Key.Key_Delete)
+    assert view.table.rowCount() == 1 and view.table.item(0, 2).text() == "The second line."
+    assert "[Dana] The second line." in (view.folder / "script.txt").read_text()
+    view.at_once.setValue(8)
+    assert view.controller.concurrency == 8
     window.shutdown()
 
 
