@@ -59,6 +59,8 @@ class FlowLayout(QLayout):
         x, y, row_height = area.x(), area.y(), 0
         gap = self.spacing()
         for item in self._items:
+            if item.widget() is not None and item.widget().isHidden():
+                continue  # a hidden button takes no place (and no gap)
             hint = item.sizeHint()
             if x + hint.width() > area.right() + 1 and row_height > 0:
                 x, y, row_height = area.x(), y + row_height + gap, 0

@@ -90,6 +90,9 @@ class MainWindow(QMainWindow):
         self.playback = Playback(self)
         self.player = self.playback.player
         self.script_view.transport = self.playback.transport
+        loudness = settings.export_loudness  # scripts export like takes until the session says otherwise
+        self.script_view.export_bar.apply_options({"rate": settings.export_sample_rate, "loudness_on": bool(loudness),
+                                                   **({"loudness": loudness} if loudness else {})})  # fmt: skip
         self._build_layout()
         self._connect()
         self.preview.denoise.setChecked(settings.denoise)

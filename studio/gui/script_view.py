@@ -13,9 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -26,16 +24,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.audio.export import OUTPUT_RATES, safe_filename
+from studio.audio.export import safe_filename
 from studio.engine.protocol import EngineState
 from studio.gui.elided_label import ElidedLabel
 from studio.gui.flow_layout import FlowLayout
 from studio.gui.script_controller import ScriptController
+from studio.gui.script_export import ScriptExportBar
 from studio.gui.script_table import ScriptTable
-from studio.gui.takes_panel import EXPORT_FORMATS
 from studio.gui.transport import Clip
 from studio.script.assemble import Joiner
-from studio.script.manifest import RenderSettings
 from studio.script.parse import ScriptError, read_script
 from studio.script.project import SCRIPT_NAME, export_render, load_script, save_script
 
@@ -112,31 +109,15 @@ class ScriptView(QWidget):
         for widget in (self.render_button, self.stop_button, self.at_once):
             render_row.addWidget(widget)
         render_row.addWidget(self.progress, 1)
-        self.format_combo = QComboBox()
-        for key, label in EXPORT_FORMATS:
-            self.format_combo.addItem(label, key)
-        self.rate_combo = QComboBox()
-        self.rate_combo.addItem("Model's rate", 0)
-        for rate in OUTPUT_RATES:
-            self.rate_combo.addItem(f"{rate / 1000:g} kHz", rate)
-        self.loudness_check = QCheckBox("Loudness")
-        self.loudness = QDoubleSpinBox(
-            minimum=-40.0, maximum=-6.0, value=-20.0, suffix=" LUFS", singleStep=0.5
-        )
-        self.gap = QSpinBox(minimum=0, maximum=5000, value=250, suffix=" ms gap", singleStep=50)
-        self.subtitles = QCheckBox("Subtitles (SRT, VTT)", checked=True)
-        self.export_button = _button("Export…", "The lines, the joined track and subtitles, into a folder")
-        export_row = FlowLayout()
-        for widget in (QLabel("Export as"), self.format_combo, self.rate_combo, self.loudness_check, self.loudness,
-                       self.gap, self.subtitles, self.export_button):  # fmt: skip
-            export_row.addWidget(widget)
+        self.export_bar = ScriptExportBar()
+        self.export_button = self.export_bar.export_button
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addLayout(tools)
         layout.addWidget(self.table, 1)
         layout.addLayout(render_row)
         layout.addWidget(self.status)
-        layout.addLayout(export_row)
+        layout.addWidget(self.export_bar)
 
     def _connect(self, bridge) -> None:
         self.new_button.clicked.connect(self.new_project)
@@ -403,12 +384,6 @@ class ScriptView(QWidget):
         )
         return self.transport.play(clip)
 
-    def export_settings(self) -> RenderSettings:
-        gap = self.gap.value() / 1000
-        return RenderSettings(format=self.format_combo.currentData(), sample_rate=self.rate_combo.currentData(),
-                              gap_s=gap, paragraph_s=max(0.75, 3 * gap),
-                              loudness_lufs=self.loudness.value() if self.loudness_check.isChecked() else None)  # fmt: skip
-
     def export(self, folder: str | None = None) -> None:
         """Into ``folder``/NAME (asked when not given), in the background; says where when done."""
         if folder is None:
@@ -416,11 +391,12 @@ class ScriptView(QWidget):
             if not folder:
                 return
         target = Path(folder) / self.folder.name
-        records, settings = list(self.controller.records), self.export_settings()
+        records, settings = list(self.controller.records), self.export_bar.render_settings()
         self.exporting = True  # no edits meanwhile: an edit may move the files the export reads
         self._update_buttons()
         self.status.setText(f"Exporting to {target}…")
-        self.jobs.submit(export_render, self.controller.render, records, target, settings, self.subtitles.isChecked(),
+        subtitles = self.export_bar.subtitles.isChecked()
+        self.jobs.submit(export_render, self.controller.render, records, target, settings, subtitles,
                          callback=self._on_exported)  # fmt: skip
 
     def _on_exported(self, result=None, error=None) -> None:

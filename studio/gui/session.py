@@ -1,5 +1,6 @@
 """The studio's working state survives a restart (and a crash of the GUI itself): the text, mode,
-instruction, speed, seed, Reduce noise, the picked saved voice and the export format are kept in the
+instruction, speed, seed, Reduce noise, the picked saved voice, the export format, the view shown and the
+Script view's options are kept in the
 settings (``extra["session"]``), written atomically at most a second after each change and at close,
 and restored when the window opens."""
 
@@ -31,6 +32,8 @@ class SessionKeeper(QObject):
             text.speed.valueChanged, text.seed.valueChanged, text.random_seed.toggled,
             voice.denoise_prompt.toggled, voice.saved.currentIndexChanged,
             window.takes_panel.export_format.currentIndexChanged,
+            window.script_view.export_bar.sig_changed, window.script_view.at_once.valueChanged,
+            window.views.currentChanged,
         ):  # fmt: skip
             signal.connect(self.changed)
 
@@ -46,6 +49,11 @@ class SessionKeeper(QObject):
             "reduce_noise": voice.denoise_prompt.isChecked(),
             "voice": voice.saved.currentData() or "",
             "export_format": self.window.takes_panel.export_format.currentData(),
+            "view": self.window.views.currentIndex(),  # single take or script
+            "script": {
+                **self.window.script_view.export_bar.options(),
+                "at_once": self.window.script_view.at_once.value(),
+            },  # fmt: skip
         }
 
     def changed(self, *_args) -> None:
@@ -91,6 +99,12 @@ class SessionKeeper(QObject):
                 voice.denoise_prompt.setChecked(bool(state["reduce_noise"]))
                 voice.denoise_prompt.blockSignals(False)
             _select(self.window.takes_panel.export_format, state.get("export_format"))
+            if isinstance(state.get("script"), dict):
+                self.window.script_view.export_bar.apply_options(state["script"])
+                if isinstance(state["script"].get("at_once"), int):
+                    self.window.script_view.at_once.setValue(state["script"]["at_once"])
+            if state.get("view") in (0, 1):
+                self.window.views.setCurrentIndex(state["view"])
             if state.get("voice"):
                 index = voice.saved.findData(state["voice"])
                 voice_found = index > 0

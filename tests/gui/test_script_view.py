@@ -37,7 +37,7 @@ def library():
     return library
 
 
-def _window(qtbot, tiny_model_dir, monkeypatch, engine: bool):
+def _window(qtbot, tiny_model_dir, monkeypatch, engine: bool, show_script: bool = True):
     import dataclasses
 
     from studio.gui import main_window
@@ -54,7 +54,8 @@ def _window(qtbot, tiny_model_dir, monkeypatch, engine: bool):
     if engine:
         window.start_engine()
         qtbot.waitUntil(lambda: window.engine_status.state == EngineState.READY, timeout=ENGINE_TIMEOUT_MS)
-    window.views.setCurrentWidget(window.script_view)
+    if show_script:
+        window.views.setCurrentWidget(window.script_view)
     return window
 
 
@@ -125,10 +126,11 @@ def test_render_all_edit_move_retake_and_export(qtbot, tiny_model_dir, monkeypat
     changed = [text for text in retaken if retaken[text] != after[text]]
     assert changed == ["A new paragraph, said slowly."]  # one line, and only it
 
-    view.format_combo.setCurrentIndex(view.format_combo.findData("flac"))
-    view.loudness_check.setChecked(True)
-    view.loudness.setValue(-24.0)
-    view.gap.setValue(300)
+    bar = view.export_bar
+    bar.format_combo.setCurrentIndex(bar.format_combo.findData("flac"))
+    bar.loudness_check.setChecked(True)
+    bar.loudness.setValue(-24.0)
+    bar.gap.setValue(300)
     out = tmp_path / "exports"
     with qtbot.waitSignal(view.sig_message, timeout=60_000, check_params_cb=lambda m: "Exported" in m):
         view.export(str(out))
@@ -187,6 +189,13 @@ def test_without_saved_voices_the_view_says_how_to_get_one(qtbot, tiny_model_dir
     assert "[Dana] The second line." in (view.folder / "script.txt").read_text()
     view.at_once.setValue(8)
     assert view.controller.concurrency == 8
+    view.export_bar.format_combo.setCurrentIndex(view.export_bar.format_combo.findData("opus"))
+    window.close()  # the session keeps the view and its options
+
+    window = _window(qtbot, tiny_model_dir, monkeypatch, engine=False, show_script=False)
+    view = window.script_view
+    assert view.at_once.value() == 8 and view.controller.concurrency == 8
+    assert view.export_bar.format_combo.currentData() == "opus" and window.views.currentWidget() is view
     window.shutdown()
 
 
