@@ -79,11 +79,16 @@ def test_a_two_voice_script_renders_lines_a_joined_file_and_subtitles(
     assert "lines/min" in capsys.readouterr().out
 
 
-def test_resume_renders_only_the_lines_that_changed(tmp_path, tiny_model_dir, voices):
-    code, first = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
+def _rendered_once(tmp_path, tiny_model_dir, voices):
+    """The script rendered into ``out``: (that folder, each line's file bytes by its text)."""
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
     assert code == 0
     out = tmp_path / "out"
-    before = {x["text"]: (out / x["file"]).read_bytes() for x in first["lines"]}
+    return out, {x["text"]: (out / x["file"]).read_bytes() for x in manifest["lines"]}
+
+
+def test_resume_renders_only_the_lines_that_changed(tmp_path, tiny_model_dir, voices):
+    out, before = _rendered_once(tmp_path, tiny_model_dir, voices)
     edited = SCRIPT.replace("He keeps the voice of the line before.", "He says something else now.")
     edited = edited.replace("[Bob] And this", "[Alice] An inserted line.\n[Bob] And this")
     code, second = _render(tmp_path, tiny_model_dir, voices, edited, "--resume")
@@ -171,10 +176,7 @@ def test_a_full_disk_fails_the_lines_it_refuses_and_keeps_those_written(tmp_path
 
 
 def test_a_line_put_back_as_it_was_gets_its_take_back_from_superseded(tmp_path, tiny_model_dir, voices):
-    code, first = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
-    assert code == 0
-    out = tmp_path / "out"
-    takes = {x["text"]: (out / x["file"]).read_bytes() for x in first["lines"]}
+    out, takes = _rendered_once(tmp_path, tiny_model_dir, voices)
     shorter = SCRIPT.replace("He keeps the voice of the line before.\n", "")
     code, second = _render(tmp_path, tiny_model_dir, voices, shorter, "--resume")
     assert code == 0 and not (out / "004.wav").exists()  # the shorter script leaves no stale file
