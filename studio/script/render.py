@@ -117,6 +117,11 @@ class ScriptRender:
         went go to ``.superseded/`` (the last take of each key), so a shorter script leaves no 051.wav
         behind, and a line put back as it was (an undone edit or removal) gets its take back from there.
         Files of another format stay."""
+        staging = self.folder / STAGING  # a file may move to a name another one still holds
+        if staging.is_dir():  # a render killed while moving files: they go back under their old names
+            for left in staging.iterdir():
+                if not (self.folder / left.name).exists():
+                    os.replace(left, self.folder / left.name)
         moves, used = [], set()
         for record in records:
             old = earlier.get(record.key)
@@ -131,7 +136,6 @@ class ScriptRender:
                 superseded.mkdir(exist_ok=True)
                 os.replace(path, superseded / f"{old.key}-{old.seed}{self.fmt.suffix}")
         if moves:
-            staging = self.folder / STAGING  # a file may move to a name another one still holds
             staging.mkdir(exist_ok=True)
             for _record, old in moves:
                 os.replace(self.folder / old.file, staging / old.file)

@@ -181,6 +181,8 @@ def test_a_line_put_back_as_it_was_gets_its_take_back_from_superseded(tmp_path, 
     code, second = _render(tmp_path, tiny_model_dir, voices, shorter, "--resume")
     assert code == 0 and not (out / "004.wav").exists()  # the shorter script leaves no stale file
     assert len(list((out / ".superseded").glob("*.wav"))) == 1  # the removed line's take, set aside
+    (out / ".resume").mkdir()  # as a render killed while moving files leaves it
+    (out / "002.wav").rename(out / ".resume" / "002.wav")
     code, third = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--resume")  # the line is back
     assert code == 0 and {x["status"] for x in third["lines"]} == {"reused"}
     assert {x["text"]: (out / x["file"]).read_bytes() for x in third["lines"]} == takes
