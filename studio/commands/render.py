@@ -62,13 +62,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.audio.errors import AudioError, ExportError
+    from studio.audio.errors import AudioError
     from studio.script.parse import ScriptError
     from studio.tts.errors import ModelFolderError
 
     try:
         return _render(args)
-    except (ScriptError, AudioError, ExportError, ModelFolderError, FileNotFoundError, ValueError) as exc:
+    except (
+        ScriptError,
+        AudioError,
+        ModelFolderError,
+        FileNotFoundError,
+        ValueError,
+    ) as exc:  # ExportError too
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full or read-only disk: the lines already written stay, with what is known

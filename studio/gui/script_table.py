@@ -164,12 +164,26 @@ class ScriptTable(QTableWidget):
     def status_of(self, row: int) -> str:
         return self.item(row, STATUS).text()
 
+    def set_voice(self, rows: list[int], voice: str) -> None:
+        """Give ``rows`` this voice: one edit (one save, one look at the takes), however many rows."""
+        if not rows:
+            return
+        self._filling = True
+        for row in rows:
+            self.item(row, VOICE).setText(voice)
+            self._mark_edited(row)
+        self._filling = False
+        self.sig_edited.emit(rows[0])
+
+    def _mark_edited(self, row: int) -> None:
+        if self.item(row, STATUS).text().startswith("✓"):
+            self.item(row, STATUS).setText(STATUS_TEXT["changed"])
+            self.item(row, LENGTH).setText("")
+
     def _on_item_changed(self, item: Item) -> None:
         if self._filling or item.column() not in (VOICE, TEXT, INSTRUCTION):
             return
         self._filling = True
-        if self.item(item.row(), STATUS).text().startswith("✓"):
-            self.item(item.row(), STATUS).setText(STATUS_TEXT["changed"])
-            self.item(item.row(), LENGTH).setText("")
+        self._mark_edited(item.row())
         self._filling = False
         self.sig_edited.emit(item.row())

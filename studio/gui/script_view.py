@@ -265,8 +265,7 @@ class ScriptView(QWidget):
             self._changed()
 
     def set_voice(self) -> None:
-        for row in self.table.selected_rows():
-            self.table.item(row, 1).setText(self.voice_combo.currentText())  # emits sig_edited: saved
+        self.table.set_voice(self.table.selected_rows(), self.voice_combo.currentText())  # sig_edited: saved
 
     def _set_concurrency(self, value: int) -> None:
         self.controller.concurrency = value

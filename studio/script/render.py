@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.atomic_files import atomic_write_bytes
 from studio.audio.export import ExportFormat, resample, write_audio
 from studio.request import Mode
 from studio.script.assemble import Cue, Joiner, srt_text, vtt_text
@@ -243,8 +244,6 @@ class ScriptRender:
         if subtitles:
             cues = [Cue(r.start_s, r.end_s, r.text, r.voice) for r in records]
             for suffix, text in ((".srt", srt_text(cues)), (".vtt", vtt_text(cues))):
-                from studio.atomic_files import atomic_write_bytes
-
                 path = self.folder / f"{JOINED_STEM}{suffix}"
                 atomic_write_bytes(path, text.encode("utf-8"))
                 written.append(path)

@@ -187,6 +187,17 @@ def test_without_saved_voices_the_view_says_how_to_get_one(qtbot, tiny_model_dir
     qtbot.keyClick(view.table, Qt.Key.Key_Delete)
     assert view.table.rowCount() == 1 and view.table.item(0, 2).text() == "The second line."
     assert "[Dana] The second line." in (view.folder / "script.txt").read_text()
+    view.add_line()
+    view.table.item(1, 2).setText("A third line.")
+    VoiceLibrary(data_dir() / "voices").save("Eve", 0.4 * synthetic_voice(16000, 3.0), 16000, "")
+    view.refresh_voices()
+    view.voice_combo.setCurrentText("Eve")
+    edits = []
+    view.table.sig_edited.connect(edits.append)
+    view.table.selectAll()
+    view.set_voice()
+    assert len(edits) == 1  # one edit for the rows: one save, one look at the takes
+    assert (view.folder / "script.txt").read_text().count("[Eve]") == 2
     view.at_once.setValue(8)
     assert view.controller.concurrency == 8
     view.export_bar.format_combo.setCurrentIndex(view.export_bar.format_combo.findData("opus"))
@@ -226,6 +237,9 @@ def test_a_crashed_engine_keeps_the_finished_lines_and_render_all_finishes_the_r
     kept = [r for r in view.controller.records if r.status == "rendered"]
     assert kept and all((view.folder / r.file).is_file() for r in kept)
     before = {r.file: (view.folder / r.file).read_bytes() for r in kept}
+    qtbot.waitUntil(
+        lambda: window.engine_status.state == EngineState.CRASHED, timeout=30_000
+    )  # after the take's Error
     assert not view.render_button.isEnabled()  # the engine is down
 
     window.engine_status.restart_button.click()
