@@ -11,7 +11,12 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
 from studio.tts.llm.sampling import RasSampling  # noqa: E402
-from studio.tts.llm.vllm.sampling import RasLogitsProcessor, ras_extra_args, step_uniform  # noqa: E402
+from studio.tts.llm.vllm.sampling import (  # noqa: E402
+    RasLogitsProcessor,
+    device_uniforms,
+    ras_extra_args,
+    step_uniform,
+)
 
 STOPS = [9, 10, 11]
 
@@ -112,8 +117,94 @@ def test_draws_follow_the_mixture_and_repeat_per_seed_and_step():
     for seed in range(3000):
         processor = processor_with([(0, ras_params(sampling, seed=seed), [1, 8, 0])])
         counts[processor.apply(logits.clone())[0].argmax()] += 1
-    expected = processor.mixture(logits)[1][0]
+    expected = processor_with([(0, ras_params(sampling), [1, 8, 0])]).mixture(logits)[1][0]
     assert 0.5 * (counts / 3000 - expected).abs().sum() < 0.05
+    # the same seed and step draw the same token (in a fresh processor: this one recorded its draw)
     again = processor_with([(0, ras_params(sampling, seed=2999), [1, 8, 0])])
-    assert again.apply(logits.clone())[0].argmax() == processor.apply(logits.clone())[0].argmax()
+    assert (
+        again.apply(logits.clone())[0].argmax()
+        == processor_with([(0, ras_params(sampling, seed=2999), [1, 8, 0])]).apply(logits.clone())[0].argmax()
+    )
     assert step_uniform(5, 0) != step_uniform(5, 1) != step_uniform(6, 1)
+
+
+def test_device_uniforms_are_the_host_ones_bit_for_bit():
+    seeds = [0, 1, 5, 2**31 + 7, 2**62 + 3, 2**63 - 1, 12345678901234567]
+    steps = [0, 1, 2, 9, 10, 499, 4096]
+    pairs = [(seed, step) for seed in seeds for step in steps]
+    signed = [seed - 2**64 if seed >= 2**63 else seed for seed, _ in pairs]
+    got = device_uniforms(torch.tensor(signed), torch.tensor([step for _, step in pairs]))
+    assert got.tolist() == [step_uniform(seed, step) for seed, step in pairs]
+
+
+def host_mixture(
+    logits: torch.Tensor, decoded: list[int], sampling: RasSampling, min_len: int
+) -> torch.Tensor:
+    """The RAS mixture from the decoded list itself (what the processor computed on the host before)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    order = probs.argsort(descending=True)
+    nucleus = torch.zeros_like(probs)
+    mass = 0.0
+    for rank, token in enumerate(order.tolist()):
+        if rank >= sampling.top_k or (rank > 0 and mass >= sampling.top_p):
+            break
+        nucleus[token] = probs[token]
+        mass += probs[token].item()
+    nucleus /= nucleus.sum()
+    window = decoded[-sampling.win_size :] if sampling.win_size else []
+    repeated = torch.tensor(
+        [window.count(t) >= sampling.win_size * sampling.tau_r for t in range(len(probs))]
+    )
+    mixture = nucleus * ~repeated + (nucleus * repeated).sum() * probs
+    if len(decoded) < min_len:
+        mixture[STOPS] = 0.0
+    return mixture
+
+
+def test_the_window_kept_on_the_device_follows_what_vllm_outputs():
+    """Many steps as vLLM runs them: asynchronous placeholders in the output lists (the token reaches the
+    host a step late), a draw thrown away while a row is still in prefill, a row that moves, and a
+    preempted request that comes back."""
+    sampling = RasSampling(top_p=0.9, top_k=6, win_size=4, tau_r=0.5)
+    generator = torch.Generator().manual_seed(3)
+    a_listed, a_true, b_listed, b_true = [], [], [], []
+    processor = processor_with([(0, ras_params(sampling, min_len=6, seed=1), a_listed)])
+    small_vocab = torch.randn(1, 12, generator=generator)  # few tokens: repeats happen often
+
+    def step(pairs: list[tuple[list[int], list[int]]], rows: list[int]) -> None:
+        logits = small_vocab + 0.3 * torch.randn(len(rows), 12, generator=generator)
+        rows_seen, mixture = processor.mixture(logits.clone())
+        assert rows_seen.tolist() == rows
+        for i, (_listed, true) in enumerate(pairs):
+            expected = host_mixture(logits[i], true, sampling, 6)
+            torch.testing.assert_close(mixture[i], expected, rtol=1e-5, atol=1e-6)
+        out = processor.apply(logits)
+        for i, (listed, true) in enumerate(pairs):
+            if listed and listed[-1] == -1:
+                listed[-1] = true[-1]  # the last step's token reaches the host now
+            listed.append(-1)
+            true.append(int(out[i].argmax()))
+
+    processor.apply(torch.randn(1, 12, generator=generator))  # a chunked-prefill draw vLLM discards
+    for _ in range(5):
+        step([(a_listed, a_true)], [0])
+    b_params = ras_params(sampling, min_len=6, seed=2)
+    processor.update_state(
+        BatchUpdate(batch_size=2, removed=[], moved=[], added=[(1, b_params, None, b_listed)])
+    )
+    for _ in range(6):
+        step([(a_listed, a_true), (b_listed, b_true)], [0, 1])
+    processor.update_state(  # a finishes; b moves to row 0
+        BatchUpdate(batch_size=1, removed=[0], added=[], moved=[(1, 0, MoveDirectionality.UNIDIRECTIONAL)])
+    )
+    for _ in range(4):
+        step([(b_listed, b_true)], [0])
+    assert len(set(b_true)) < len(b_true)  # the window had repeats to act on
+    # b is preempted and resumes with its tokens so far: the ring is rebuilt from vLLM's list
+    processor.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))
+    b_listed[-1] = b_true[-1]
+    processor.update_state(
+        BatchUpdate(batch_size=1, removed=[], moved=[], added=[(0, b_params, None, b_listed)])
+    )
+    for _ in range(3):
+        step([(b_listed, b_true)], [0])

@@ -1,14 +1,22 @@
-"""Repetition-aware sampling (RAS) as a vLLM V1 logits processor, batched over requests.
+"""Repetition-aware sampling (RAS) as a vLLM V1 logits processor, batched over requests, on the device.
 
 Upstream's RAS draws from the nucleus (top-p, top-k); if the draw occurred in the last `win_size`
 tokens at least `win_size * tau_r` times, it redraws from the full distribution. That is the mixture
     P(y) = p_nuc(y) * [y not repeated] + (sum of p_nuc over repeated tokens) * p(y),
 from which this processor draws by inverse CDF, with a uniform number derived from the request's seed and
-its step (splitmix64): reproducible per request whatever else is in the batch, and batched on the device.
+its step (splitmix64, computed on the device): reproducible per request whatever else is in the batch.
 The logits row then becomes one-hot on the draw, and the request runs greedy in vLLM (temperature 0),
 which skips vLLM's per-request generator loop. Before `min_len` tokens upstream redraws until no stop
 id comes out: P conditioned on "not a stop id", so stop ids are masked in the mixture. Requests
 without our `extra_args` key pass through untouched.
+
+Nothing of a step's sampling goes through the host: because the row is one-hot, the token vLLM samples
+is the processor's own draw, so the processor keeps each request's recent tokens in a ring on the
+device (token and the step it was drawn at) and records each draw there itself. The host only tells
+the step of each row, `len(output_ids)`, whose length vLLM keeps right even while its entries are still
+placeholders of asynchronous scheduling; one pinned copy per step. A draw vLLM throws away (a row
+still in chunked prefill) is overwritten by the next draw at the same step, and the ring is rebuilt
+from vLLM's list when a request (re)enters the batch.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 EXTRA_ARGS_KEY = "cosyvoice_ras"
 PROCESSOR_PATH = "studio.tts.llm.vllm.sampling:RasLogitsProcessor"
 
-
 _MASK64 = (1 << 64) - 1
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_EMPTY_STEP = -(1 << 62)  # ring slots never written: outside every window
 
 
 def ras_extra_args(
@@ -49,10 +58,31 @@ def ras_extra_args(
 
 def step_uniform(seed: int, step: int) -> float:
     """A uniform number in [0, 1) for (seed, step): splitmix64, so draws never depend on the batch."""
-    x = (seed * 0x9E3779B97F4A7C15 + (step + 1) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x = (seed * _GOLDEN + (step + 1) * _MIX1) & _MASK64
+    x = ((x ^ (x >> 30)) * _MIX1) & _MASK64
+    x = ((x ^ (x >> 27)) * _MIX2) & _MASK64
     return ((x ^ (x >> 31)) >> 11) * 2.0**-53
+
+
+def _signed(value: int) -> int:
+    """`value` mod 2^64 as the int64 with the same bits."""
+    value &= _MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (torch's `>>` is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def device_uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """`step_uniform` for int64 tensors of seeds (as `_signed`) and steps, as float64, on their device.
+
+    int64 products wrap modulo 2^64 like the host's masked ones, so the bits are the same."""
+    x = seeds * _signed(_GOLDEN) + (steps + 1) * _signed(_MIX1)
+    x = (x ^ _shift_right(x, 30)) * _signed(_MIX1)
+    x = (x ^ _shift_right(x, 27)) * _signed(_MIX2)
+    return _shift_right(x ^ _shift_right(x, 31), 11).double() * 2.0**-53
 
 
 class _RasRequest:
@@ -66,13 +96,31 @@ class _RasRequest:
         self.min_len, self.stop_ids = args["min_len"], args["stop_token_ids"]
         self.output_ids = output_ids  # vLLM's live list of this request's output tokens
 
+    @property
+    def row_params(self) -> list[float]:
+        return [self.top_p, self.top_k, self.threshold, self.win_size, self.min_len]
+
+
+_TOP_P, _TOP_K, _THRESHOLD, _WIN, _MIN_LEN = range(5)
+
 
 class RasLogitsProcessor(LogitsProcessor):
-    """Turns each RAS request's logits into log P of upstream's RAS draw (see the module doc)."""
+    """Turns each RAS request's logits into a one-hot row on its RAS draw (see the module doc).
+
+    Per persistent-batch row it keeps on the device: the seed, the parameters and a ring of the last
+    draws (`ring_tokens`, with the step of each in `ring_steps`)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        self.device = torch.device(device)
+        self.pin_memory = bool(is_pin_memory) and self.device.type == "cuda"
         self.requests: dict[int, _RasRequest] = {}
         self._batch: tuple | None = None  # per-batch tensors, rebuilt when the batch changes
+        self.seeds = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self.params = torch.zeros(0, 5, dtype=torch.float64, device=self.device)
+        self.ring_tokens = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
+        self.ring_steps = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
+        self._step_buffers: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
+        self._turn = 0
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -83,6 +131,7 @@ class RasLogitsProcessor(LogitsProcessor):
     def is_argmax_invariant(self) -> bool:
         return False
 
+    # -- batch changes (rare: a request joins, leaves or moves) -----------------------------------------
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         if batch_update is None:
             return
@@ -94,51 +143,130 @@ class RasLogitsProcessor(LogitsProcessor):
             if args is None:
                 self.requests.pop(index, None)
             else:
-                self.requests[index] = _RasRequest(args, output_ids)
+                self._add(index, _RasRequest(args, output_ids))
         for a_index, b_index, direction in batch_update.moved:
-            a_entry = self.requests.pop(a_index, None)
-            b_entry = self.requests.pop(b_index, None)
-            if a_entry is not None:
-                self.requests[b_index] = a_entry
-            if b_entry is not None and direction == MoveDirectionality.SWAP:
-                self.requests[a_index] = b_entry
+            self._move(a_index, b_index, direction == MoveDirectionality.SWAP)
 
-    def _batch_tensors(self, device: torch.device) -> tuple:
+    def _add(self, index: int, request: _RasRequest) -> None:
+        self.requests[index] = request
+        self._ensure(index + 1, request.win_size)
+        self.seeds[index] = _signed(request.seed)
+        self.params[index] = torch.tensor(request.row_params, dtype=torch.float64)
+        # The ring from vLLM's list: empty for a new request, its last tokens for a resumed one.
+        tokens = torch.full((self.ring_tokens.shape[1],), -1, dtype=torch.int64)
+        steps = torch.full_like(tokens, _EMPTY_STEP)
+        window = max(request.win_size, 1)
+        for step in range(max(0, len(request.output_ids) - request.win_size), len(request.output_ids)):
+            token = request.output_ids[step]
+            if token >= 0:  # not a placeholder
+                tokens[step % window], steps[step % window] = token, step
+        self.ring_tokens[index] = tokens.to(self.device)
+        self.ring_steps[index] = steps.to(self.device)
+
+    def _move(self, a: int, b: int, swap: bool) -> None:
+        a_entry, b_entry = self.requests.pop(a, None), self.requests.pop(b, None)
+        if a_entry is not None:
+            self.requests[b] = a_entry
+        if b_entry is not None and swap:
+            self.requests[a] = b_entry
+        self._ensure(max(a, b) + 1, 0)
+        source = torch.tensor([a, b] if swap else [a], device=self.device)
+        target = torch.tensor([b, a] if swap else [b], device=self.device)
+        for table in (self.seeds, self.params, self.ring_tokens, self.ring_steps):
+            table[target] = table[source]
+
+    def _ensure(self, rows: int, window: int) -> None:
+        """Grow the per-row tables to `rows` rows and the rings to `window` slots (new ones empty)."""
+        have, width = self.seeds.shape[0], self.ring_tokens.shape[1]
+        if rows <= have and window <= width:
+            return
+        rows, width = max(rows, 2 * have, 8) if rows > have else have, max(window, width)
+
+        def grown(table: torch.Tensor, fill: int, columns: int | None = None) -> torch.Tensor:
+            shape = (rows,) if table.dim() == 1 else (rows, columns or table.shape[1])
+            out = torch.full(shape, fill, dtype=table.dtype, device=self.device)
+            out[tuple(slice(0, n) for n in table.shape)] = table
+            return out
+
+        self.seeds, self.params = grown(self.seeds, 0), grown(self.params, 0)
+        self.ring_tokens, self.ring_steps = (
+            grown(self.ring_tokens, -1, width),
+            grown(self.ring_steps, _EMPTY_STEP, width),
+        )
+
+    def _batch_tensors(self) -> tuple:
         if self._batch is None:
             rows = sorted(self.requests)
             reqs = [self.requests[i] for i in rows]
-            column = lambda values: torch.tensor(values, device=device).unsqueeze(1)  # noqa: E731
+            row_index = torch.tensor(rows, device=self.device)
+            params = self.params.index_select(0, row_index)
+            column = lambda i: params[:, i : i + 1]  # noqa: E731
+            stop_ids = sorted({s for r in reqs for s in r.stop_ids})
             self._batch = (
-                rows,
                 reqs,
-                torch.tensor(rows, device=device),
-                column([r.top_p for r in reqs]),
-                column([r.top_k for r in reqs]),
-                column([float(r.threshold) for r in reqs]),
+                row_index,
+                self.seeds.index_select(0, row_index),
+                column(_TOP_P),
+                column(_TOP_K),
+                column(_THRESHOLD),
+                column(_WIN).long(),
+                column(_MIN_LEN),
                 max(r.top_k for r in reqs),
-                max(r.win_size for r in reqs),
-                sorted({s for r in reqs for s in r.stop_ids}),
+                torch.tensor(stop_ids, dtype=torch.long, device=self.device),
             )
         return self._batch
 
+    def _steps(self, reqs: list[_RasRequest]) -> torch.Tensor:
+        """Each row's step (tokens it has output) on the device: one copy, through pinned memory on CUDA."""
+        lengths = [len(r.output_ids) for r in reqs]
+        if not self.pin_memory:
+            return torch.tensor(lengths, dtype=torch.int64, device=self.device)
+        if not self._step_buffers or self._step_buffers[0][0].shape[0] < len(lengths):
+            size = max(len(lengths), 64)
+            self._step_buffers = [
+                (torch.empty(size, dtype=torch.int64, pin_memory=True), None) for _ in range(2)
+            ]
+        self._turn ^= 1
+        buffer, copied = self._step_buffers[self._turn]
+        if copied is not None:
+            copied.synchronize()  # its copy of two steps ago has long finished: no wait in practice
+        buffer.numpy()[: len(lengths)] = lengths
+        steps = buffer[: len(lengths)].to(self.device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._step_buffers[self._turn] = (buffer, event)
+        return steps
+
+    # -- one step ---------------------------------------------------------------------------------------
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Draw each RAS request's token and leave its logits row one-hot on it (greedy picks it)."""
         if not self.requests:
             return logits
-        row_index, mixture = self.mixture(logits)
-        reqs = self._batch[1]
-        uniforms = torch.tensor([step_uniform(r.seed, len(r.output_ids)) for r in reqs], dtype=torch.float64)
+        steps = self._steps(self._batch_tensors()[0])
+        row_index, mixture = self.mixture(logits, steps)
+        seeds, window = self._batch[2], self._batch[6]
         cdf = mixture.double().cumsum(dim=-1)
-        targets = (uniforms.to(logits.device, non_blocking=True) * cdf[:, -1]).unsqueeze(1)
+        targets = (device_uniforms(seeds, steps) * cdf[:, -1]).unsqueeze(1)
         drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
         one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
         logits[row_index] = one_hot.to(logits.dtype)
+        # The draw is the token vLLM takes: into the ring, at this step's slot.
+        slot = steps % window.squeeze(1).clamp(min=1)
+        self.ring_tokens[row_index, slot] = drawn.squeeze(1)
+        self.ring_steps[row_index, slot] = steps
         return logits
 
-    def mixture(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch rows, RAS probabilities [rows, V]) of the requests this processor serves."""
-        device = logits.device
-        rows, reqs, row_index, top_p, top_k, threshold, k_max, width, stop_ids = self._batch_tensors(device)
+    def mixture(
+        self, logits: torch.Tensor, steps: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch rows, RAS probabilities [rows, V]) of the requests this processor serves.
+
+        `steps`: each row's step on the device (default: the lengths of vLLM's output lists)."""
+        reqs, row_index, _seeds, top_p, top_k, threshold, window, min_len, k_max, stop_ids = (
+            self._batch_tensors()
+        )
+        if steps is None:
+            steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64, device=self.device)
         probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
         vocab = probs.shape[-1]
 
@@ -146,30 +274,24 @@ class RasLogitsProcessor(LogitsProcessor):
         # only the top_k head can be kept, so a top-k replaces the full sort.
         head_probs, head_ids = probs.topk(min(k_max, vocab), dim=-1, sorted=True)
         mass_before = head_probs.cumsum(dim=-1) - head_probs
-        ranks = torch.arange(head_probs.shape[-1], device=device).unsqueeze(0)
+        ranks = torch.arange(head_probs.shape[-1], device=probs.device).unsqueeze(0)
         keep = (mass_before < top_p) & (ranks < top_k)
         keep[:, 0] = True
         nucleus = torch.zeros_like(probs).scatter_(1, head_ids, head_probs * keep)
         nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
 
         # Tokens repeated often enough in the window trigger a redraw from the full distribution.
-        if width > 0:
-            window = torch.full((len(reqs), width), -1, dtype=torch.long)
-            for row, req in enumerate(reqs):
-                recent = req.output_ids[-req.win_size :] if req.win_size > 0 else []
-                if recent:
-                    window[row, : len(recent)] = torch.as_tensor(recent, dtype=torch.long)
-            window = window.to(device, non_blocking=True)
-            counts = torch.zeros_like(probs).scatter_add_(1, window.clamp(min=0), (window >= 0).float())
-            repeated = counts >= threshold
-        else:
-            repeated = (threshold <= 0).expand_as(probs)
+        ring_steps = self.ring_steps.index_select(0, row_index)
+        now = steps.unsqueeze(1)
+        in_window = (ring_steps < now) & (ring_steps >= now - window)
+        tokens = self.ring_tokens.index_select(0, row_index).clamp(min=0, max=vocab - 1)
+        counts = torch.zeros_like(probs).scatter_add_(1, tokens, in_window.float())
+        repeated = counts >= threshold
         redraw_mass = (nucleus * repeated).sum(dim=-1, keepdim=True)
         mixture = nucleus * ~repeated + redraw_mass * probs
 
-        short = [row for row, req in enumerate(reqs) if len(req.output_ids) < req.min_len]
-        if short and stop_ids:
-            stops = torch.tensor([s for s in stop_ids if s < vocab], device=device)
-            short_rows = torch.tensor(short, device=device)
-            mixture[short_rows.unsqueeze(1), stops.unsqueeze(0)] = 0.0
+        stops = stop_ids[stop_ids < vocab]
+        if stops.numel():  # before min_len no stop id may come out
+            short = (steps.unsqueeze(1) < min_len).to(mixture.dtype)
+            mixture[:, stops] = mixture[:, stops] * (1.0 - short)
         return row_index, mixture
