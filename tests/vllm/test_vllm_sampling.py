@@ -208,3 +208,40 @@ def test_the_window_kept_on_the_device_follows_what_vllm_outputs():
     )
     for _ in range(3):
         step([(b_listed, b_true)], [0])
+
+
+def test_the_input_batch_skips_the_token_sync_only_when_ras_is_the_only_custom_processor(monkeypatch):
+    """vLLM waits for each step's tokens on the host when a custom processor might read them; ours reads
+    only the lengths, so the plugin's wrapper turns that wait off, and keeps it for anybody else's."""
+    import inspect
+
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+
+    from studio.tts.llm.vllm.plugin import skip_output_token_sync
+
+    assert "logitsprocs_need_output_token_ids" in inspect.signature(InputBatch.__init__).parameters
+    seen: list[bool] = []
+
+    def recording_init(
+        self, *, logitsprocs=None, logitsprocs_need_output_token_ids=False, reasoning_config=None
+    ):
+        seen.append(logitsprocs_need_output_token_ids)
+
+    monkeypatch.setattr(InputBatch, "__init__", recording_init)
+    assert skip_output_token_sync() and skip_output_token_sync()  # idempotent: wrapped once
+
+    class SomebodysProcessor(RasLogitsProcessor):
+        pass
+
+    SomebodysProcessor.__module__ = "their_plugin"
+    ras = RasLogitsProcessor(None, torch.device("cpu"), False)
+    InputBatch(logitsprocs=LogitsProcessors([ras]), logitsprocs_need_output_token_ids=True)
+    InputBatch(
+        logitsprocs=LogitsProcessors([ras, SomebodysProcessor(None, torch.device("cpu"), False)]),
+        logitsprocs_need_output_token_ids=True,
+    )
+    InputBatch(
+        logitsprocs=LogitsProcessors([ras]), logitsprocs_need_output_token_ids=True, reasoning_config=object()
+    )
+    assert seen == [False, True, True]
