@@ -1,0 +1,202 @@
+"""Where the milliseconds of one streamed take go: a Chrome trace and a timeline table (issue 11, item 5).
+
+Loads the model as `cosyvoice-studio bench` does (same prompt, text and exact token count), warms it up,
+then runs one take under torch.profiler (CPU ops and CUDA kernels) with named spans around each stage:
+prompt preparation, LM prompt embeddings, the LM request (each token's arrival), every flow call (its
+encoder and Euler solve), every HiFT call, and each chunk handed out. Writes
+
+- OUT/trace-take.json.gz: the Chrome trace (chrome://tracing or ui.perfetto.dev),
+- OUT/trace-take.md: the timeline (ms since the take started) and where the first chunk's time went,
+- OUT/trace-take-events.json: the same events as data.
+
+The spans are added here by wrapping the runtime's functions; the runtime itself is unchanged.
+Usage: python scripts/gpu/trace_take.py --model DIR [--backend vllm] [--fp16] [--tokens 100] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+EVENTS: list[tuple[str, float, float]] = []  # (name, start s, end s) on perf_counter's clock
+T0 = [0.0]
+
+
+def span(owner, name: str, label: str | None = None) -> None:
+    """Wrap `owner.name` so each call is a profiler range and an event (start, end)."""
+    import torch
+
+    original = getattr(owner, name)
+    label = label or f"{owner.__name__}.{name}"
+
+    @functools.wraps(original)
+    def wrapped(*args, **kwargs):
+        started = time.perf_counter()
+        with torch.profiler.record_function(label):
+            try:
+                return original(*args, **kwargs)
+            finally:
+                EVENTS.append((label, started, time.perf_counter()))
+
+    setattr(owner, name, wrapped)
+
+
+def token_stamps(owner) -> None:
+    """Wrap the token backend's `generate` so the request and each token's arrival become events."""
+    original = owner.generate
+
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):
+        started = time.perf_counter()
+        EVENTS.append(("lm.request", started, started))
+        for index, token in enumerate(original(self, *args, **kwargs)):
+            now = time.perf_counter()
+            EVENTS.append((f"lm.token.{index + 1}", now, now))
+            yield token
+
+    owner.generate = generate
+
+
+def instrument(backend: str) -> None:
+    from studio.tts import cosyvoice2, token2wav
+    from studio.tts.flow.streaming import incremental, prompt_cache, solver
+    from studio.tts.llm import model as lm_model
+
+    span(cosyvoice2.CosyVoice2, "_prepare_prompt", "prompt.prepare")
+    span(lm_model.Qwen2LM, "build_prompt_embeds", "lm.prompt_embeds")
+    span(token2wav.Token2WavStream, "_flow_mel", "flow.call")
+    span(token2wav.Token2WavStream, "_vocode", "hift.call")
+    span(incremental.IncrementalFlow, "mel", "flow.incremental")
+    span(incremental, "_encode", "flow.encoder")
+    span(prompt_cache.PromptFlowCache, "start", "flow.prompt_cache.start")
+    span(prompt_cache.PromptFlowCache, "store", "flow.prompt_cache.store")
+    span(solver.EstimatorSolver, "solve", "flow.solve")
+    span(solver.EstimatorSolver, "_copy_in", "flow.solve.copy_in")
+    span(solver.EstimatorSolver, "_copy_out", "flow.solve.copy_out")
+    span(solver.EstimatorSolver, "_inputs", "flow.solve.inputs")
+    span(solver.EstimatorSolver, "_replay", "flow.solve.replay")
+    span(cosyvoice2.SpeechTokenProducer, "wait_for", "wait.tokens")
+    if backend == "vllm":
+        from studio.tts.llm.vllm.backend import VllmTokenBackend
+
+        token_stamps(VllmTokenBackend)
+    else:
+        from studio.tts.llm.torch_backend import TorchTokenBackend
+
+        token_stamps(TorchTokenBackend)
+
+
+def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
+    t0 = T0[0]
+    events = sorted(EVENTS, key=lambda e: e[1])
+    rows = [
+        {"event": name, "start_ms": round((s - t0) * 1000, 2), "ms": round((e - s) * 1000, 2)}
+        for name, s, e in events
+        if s >= t0
+    ]
+    tokens = [r for r in rows if r["event"].startswith("lm.token.")]
+    lines = ["| event | start (ms since the take began) | took (ms) |", "| --- | --- | --- |"]
+    shown = [r for r in rows if not r["event"].startswith("lm.token.") and r["event"] != "wait.tokens"]
+    for index in (1, 2, 10, 28, 50, 75, 100):
+        shown += [r for r in tokens if r["event"] == f"lm.token.{index}"]
+    for r in sorted(shown, key=lambda r: r["start_ms"]):
+        lines.append(f"| {r['event']} | {r['start_ms']:.1f} | {r['ms']:.1f} |")
+    lines.append(f"| first chunk handed out | {first_chunk_s * 1000:.1f} | |")
+    if len(tokens) > 2:
+        gaps = [b["start_ms"] - a["start_ms"] for a, b in zip(tokens, tokens[1:], strict=False)]
+        lines.append(
+            f"\nLM: first token at {tokens[0]['start_ms']:.1f} ms after the take began; then "
+            f"{sum(gaps) / len(gaps):.2f} ms per token on average (min {min(gaps):.2f}, max {max(gaps):.2f})."
+        )
+    first_flow = next((r for r in rows if r["event"] == "flow.call"), None)
+    first_hift = next((r for r in rows if r["event"] == "hift.call"), None)
+    waited = sum(
+        r["ms"] for r in rows if r["event"] == "wait.tokens" and first_flow and r["start_ms"] < first_flow["start_ms"]
+    )
+    if first_flow and first_hift:
+        lines.append(
+            f"First chunk: waited {waited:.1f} ms for its tokens, flow {first_flow['ms']:.1f} ms, "
+            f"HiFT {first_hift['ms']:.1f} ms, handed out at {first_chunk_s * 1000:.1f} ms."
+        )
+    return rows, "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--backend", default="vllm", choices=["vllm", "pytorch"])
+    parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--warmups", type=int, default=3)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from studio.commands.bench import BENCH_TEXT
+    from studio.engine import runner
+    from studio.engine.protocol import Synthesize
+    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+
+    instrument(args.backend)
+    loaded = runner.load_model(args.model, args.backend, fp16=args.fp16)
+    prompt = synthetic_voice(16000, 3.0)
+
+    def request(seed: int) -> Synthesize:
+        return Synthesize(
+            BENCH_TEXT,
+            prompt_wav=prompt,
+            prompt_sr=16000,
+            prompt_text=WARMUP_PROMPT_TEXT,
+            stream=True,
+            seed=seed,
+            exact_speech_tokens=args.tokens,
+            request_id=f"trace-{seed}",
+        )
+
+    try:
+        for seed in range(args.warmups):
+            runner.run_take(loaded.model, request(seed), backend=loaded.backend)
+        EVENTS.clear()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        with profile(activities=activities) as prof:
+            T0[0] = time.perf_counter()
+            stats = runner.run_take(loaded.model, request(1000), backend=loaded.backend)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        raw = out / "trace-take.json"
+        prof.export_chrome_trace(str(raw))
+        with raw.open("rb") as src, gzip.open(out / "trace-take.json.gz", "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+        raw.unlink()
+        rows, table = timeline(stats.first_chunk_latency)
+        head = (
+            f"# One streamed take: {args.backend}, fp16 {args.fp16}, {args.tokens} tokens, "
+            f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}\n\n"
+            f"first chunk {stats.first_chunk_latency * 1000:.1f} ms, total {stats.total_seconds * 1000:.1f} ms, "
+            f"audio {stats.audio_seconds:.2f} s, RTF {stats.rtf:.3f}, {stats.chunks} chunks; "
+            f"stage seconds {json.dumps({k: round(v, 4) for k, v in stats.stage_seconds.items()})}\n\n"
+        )
+        (out / "trace-take.md").write_text(head + table, encoding="utf-8")
+        (out / "trace-take-events.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        print(head + table)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    finally:
+        loaded.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
