@@ -39,8 +39,17 @@ def enforce_budget(plan: VramPlan, parts) -> TakeGate:
 
 
 def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
-    """What one take's flow state holds at its end (x1.5: states grow in steps of half)."""
+    """What one take's flow state holds at its end (x1.5: states grow in steps of half).
+
+    The prompt's frames up to its reusable boundary are the prompt cache's, shared by every take of the
+    voice, so they are not counted when the device has a prompt cache."""
+    from studio.tts.flow.streaming.incremental import prompt_boundary
+    from studio.tts.flow.streaming.prompt_cache import default_cache
+
     dtype = torch.float16 if parts.fp16 else torch.float32
     per_frame = solver_for(parts.flow.decoder).layout.bytes_per_frame(STATE_STEPS, 2, dtype)
     ratio = int(getattr(parts.flow, "token_mel_ratio", 2))
-    return int(1.5 * per_frame * (prompt_frames + ratio * speech_tokens))
+    shared = 0
+    if default_cache(parts.device) is not None:
+        shared = ratio * prompt_boundary(parts.flow, prompt_frames // ratio)
+    return int(1.5 * per_frame * (prompt_frames - shared + ratio * speech_tokens))

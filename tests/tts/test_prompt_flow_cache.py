@@ -136,6 +136,12 @@ def test_a_hit_never_writes_into_the_cached_tensors(modules):  # noqa: F811
         user.mel(tokens[:end], finalize=end == 60)
     after = list(_snapshot_tensors(snap))
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    # the take reads the voice's rows in place and holds only its own frames (not a copy of the prompt's)
+    state, shared = user.estimator_state, snap.estimator.length
+    assert state.base is snap.estimator.kv and state.base_length == shared > 0
+    per_frame = state.kv[:, :, :, :, :, :1].nbytes
+    assert state.kv.shape[5] < state.length and state.nbytes < per_frame * state.length
+    assert state.nbytes >= per_frame * (state.length - shared)
 
 
 def _snapshot_tensors(snap):

@@ -62,32 +62,66 @@ class Layout:
 class EstimatorState:
     """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
 
-    Tails are float32 whatever the compute dtype (they may hold float32 activations under autocast). A
-    `shared` state (tensors owned by the prompt cache) is copied before its first write.
+    Rows [0, base_length) may be a prompt cache's tensor (`base`), read by every take of that voice and
+    never written; the take's own tensor `kv` holds the rows after them (its row i is frame
+    base_length + i), so a take's memory grows with its own frames only. Tails are float32 whatever the
+    compute dtype (they may hold float32 activations under autocast).
     """
 
-    kv: torch.Tensor | None = None  # [steps, blocks, 2, 2, heads, capacity, head_dim]
+    kv: torch.Tensor | None = (
+        None  # [steps, blocks, 2, 2, heads, capacity, head_dim], frames from base_length
+    )
     length: int = 0
-    written: int = 0  # rows of `kv` holding computed values (>= length when a mark lay past the commit)
+    written: int = 0  # rows holding computed values (>= length when a mark lay past the commit)
     tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
     mark_tails: torch.Tensor | None = None  # tails at the request's mark (prompt cache), when it had one
-    shared: bool = False
+    base: torch.Tensor | None = None  # shared rows [0, base_length) (a prompt cache's, read only)
+    base_length: int = 0
 
     def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
-        """A private `kv` with room for `end` rows (x1.5 growth), keeping rows [0, length)."""
-        kv = self.kv
-        if kv is None or self.shared or kv.shape[5] < end or kv.dtype != like.dtype:
+        """The take's own `kv` with room up to frame `end` (x1.5 growth), keeping its rows before `length`."""
+        kv, own = self.kv, end - self.base_length
+        if kv is None or kv.shape[5] < own or kv.dtype != like.dtype:
             previous = 0 if kv is None else kv.shape[5]
-            capacity = max(end, previous + previous // 2, 64)
+            capacity = max(own, previous + previous // 2, 64)
             grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
-            if kv is not None and self.length:
-                grown[:, :, :, :, :, : self.length] = kv[:, :, :, :, :, : self.length]
-            self.kv, self.shared = grown, False
+            kept = self.length - self.base_length
+            if kv is not None and kept > 0:
+                grown[:, :, :, :, :, :kept] = kv[:, :, :, :, :, :kept]
+            self.kv = grown
         return self.kv
+
+    def write(self, source: torch.Tensor, start: int, end: int) -> None:
+        """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows."""
+        if start < self.base_length:
+            raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
+        kv = self.reserve(end, source)
+        kv[:, :, :, :, :, start - self.base_length : end - self.base_length] = source[
+            :, :, :, :, :, start:end
+        ]
+
+    def copy_prefix(self, target: torch.Tensor, frames: int) -> None:
+        """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames)."""
+        shared = min(frames, self.base_length)
+        if shared:
+            target[:, :, :, :, :, :shared] = self.base[:, :, :, :, :, :shared]
+        if frames > shared:
+            target[:, :, :, :, :, shared:frames] = self.kv[:, :, :, :, :, : frames - shared]
+
+    def prefix(self, frames: int) -> torch.Tensor:
+        """A new tensor holding frames [0, frames)."""
+        source = self.kv if self.kv is not None else self.base
+        out = source.new_empty(*source.shape[:5], frames, source.shape[6])
+        self.copy_prefix(out, frames)
+        return out
+
+    def own_rows(self) -> int:
+        return max(0, self.length - self.base_length)
 
     @property
     def nbytes(self) -> int:
-        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.length].nbytes
+        """What this take holds itself (shared prompt rows not counted)."""
+        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.own_rows()].nbytes
         return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
 
 

@@ -194,6 +194,20 @@ def _encode(
 
 
 # -- the request's state -----------------------------------------------------------------------------------
+def commit_quantum(flow: nn.Module) -> int:
+    """Tokens per commit granule: a whole chunk of both the encoder and the estimator."""
+    encoder, estimator = flow.encoder, flow.decoder.estimator
+    est_chunk = estimator.static_chunk_size // math.gcd(estimator.static_chunk_size, flow.token_mel_ratio)
+    return math.lcm(encoder.static_chunk_size, est_chunk)
+
+
+def prompt_boundary(flow: nn.Module, prompt_tokens: int) -> int:
+    """Prompt tokens whose cached state depends on the prompt alone: the last commit boundary at or before
+    ``P - lookahead`` (a later chunk mixes prompt and target tokens in attention or lookahead)."""
+    usable = prompt_tokens - flow.pre_lookahead_len
+    return max(0, usable // commit_quantum(flow) * commit_quantum(flow))
+
+
 class IncrementalFlow:
     """One streaming request's flow caches; `mel(tokens, finalize)` returns only the frames not yet cached."""
 
@@ -206,9 +220,7 @@ class IncrementalFlow:
         self.prompt_ids = [int(i) for i in prompt_token.reshape(-1).tolist()]
         self.prompt_feat = prompt_feat  # [1, 2P, 80]
         self.embedding = embedding
-        encoder, estimator = flow.encoder, flow.decoder.estimator
-        est_chunk = estimator.static_chunk_size // math.gcd(estimator.static_chunk_size, flow.token_mel_ratio)
-        self.quantum = math.lcm(encoder.static_chunk_size, est_chunk)  # tokens per commit granule
+        self.quantum = commit_quantum(flow)  # tokens per commit granule
         self._reset()
 
     @staticmethod
@@ -239,10 +251,8 @@ class IncrementalFlow:
         self.valid = True
 
     def prompt_boundary(self) -> int:
-        """Prompt tokens whose cached state depends on the prompt alone: the last commit boundary at or
-        before ``P - lookahead`` (a later chunk mixes prompt and target tokens in attention or lookahead)."""
-        usable = len(self.prompt_ids) - self.flow.pre_lookahead_len
-        return max(0, usable // self.quantum * self.quantum)
+        """Prompt tokens whose cached state depends on the prompt alone (`prompt_boundary`)."""
+        return prompt_boundary(self.flow, len(self.prompt_ids))
 
     @torch.inference_mode()
     def mel(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, int]:

@@ -92,7 +92,7 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
     """The estimator state at its mark: K/V rows [0, rows) and the tails kept at the mark (taken from it)."""
     if state.mark_tails is None or max(state.length, state.written) < rows:
         raise RuntimeError("prompt cache: the estimator state was not kept at the prompt boundary")
-    kv = state.kv[:, :, :, :, :, :rows].clone() if rows else None
+    kv = state.prefix(rows) if rows else None
     frozen = EstimatorState(kv=kv, length=rows, written=rows, tails=state.mark_tails)
     state.mark_tails = None
     return frozen
@@ -100,7 +100,8 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
 
 def _frozen_estimator_bytes(state: EstimatorState, rows: int) -> int:
     """What `_freeze_estimator(state, rows)` would keep, in bytes, without copying anything."""
-    kv = 0 if state.kv is None else state.kv[:, :, :, :, :, :rows].nbytes
+    source = state.kv if state.kv is not None else state.base
+    kv = 0 if source is None else source[:, :, :, :, :, :1].nbytes * rows
     return kv + (0 if state.mark_tails is None else state.mark_tails.nbytes)
 
 
@@ -119,9 +120,13 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
     flow.committed = list(snap.committed)
     flow.token_store = _thaw(snap.token_store)
     flow.encoder_store = _thaw(snap.encoder_store)
-    cached = snap.estimator  # read in place; copied on the first write (`EstimatorState.reserve`)
+    cached = snap.estimator  # its rows are shared, read in place by every take of the voice
     flow.estimator_state = EstimatorState(
-        kv=cached.kv, length=cached.length, written=cached.length, tails=cached.tails, shared=True
+        length=cached.length,
+        written=cached.length,
+        tails=cached.tails,
+        base=cached.kv,
+        base_length=cached.length,
     )
     flow.valid = True
 

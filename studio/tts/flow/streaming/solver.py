@@ -362,7 +362,7 @@ class EstimatorSolver:
                     f"estimator state holds {state.length} frames, the chunk starts at {request.frame0}"
                 )
             if state.length:
-                arena.kv[:, :, :, rows, :, : state.length] = state.kv[:, :, :, :, :, : state.length]
+                state.copy_prefix(arena.kv[:, :, :, rows], state.length)
             if state.tails is None:
                 arena.tails[:, rows] = 0
             else:
@@ -374,8 +374,7 @@ class EstimatorSolver:
             start, commit = request.frame0, request.commit
             upto = max(commit, request.mark or 0)  # rows up to a mark are kept too (prompt cache)
             if upto > start:
-                kv = state.reserve(upto, arena.kv[:, :, :, rows])
-                kv[:, :, :, :, :, start:upto] = arena.kv[:, :, :, rows, :, start:upto]
+                state.write(arena.kv[:, :, :, rows], start, upto)
             state.length, state.written = commit, upto
             state.tails = arena.tails[:, rows].clone()
             state.mark_tails = None if request.mark is None else arena.mark_tails[:, rows].clone()
