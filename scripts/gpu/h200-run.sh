@@ -44,6 +44,27 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
   grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
 }
 case $step in
+H7)  # issue 11 (stop 12), after the four part-copy calls: install, the CI's vLLM checks on the GPU (async
+     # scheduling on), one traced take, the LM alone greedy vs RAS
+  install
+  timeout 200 python3 -m pytest tests/vllm tests/tts/test_vram_budget.py tests/tts/test_prompt_flow_cache.py -q \
+    -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-vllm.log" | tail -8
+  timeout 200 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 \
+    --out "$out/trace" >"$out/trace.log" 2>&1
+  sed -n '1,45p' "$out/trace/trace-take.md" 2>/dev/null || tail -20 "$out/trace.log"
+  grep -E "took|seconds|secs" "$out/trace.log" | grep -v Warning | cut -c1-200 | head -12
+  timeout 170 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16,64 --tokens 200 \
+    --json "$out/llm-only-h200.json" >"$out/llm-only.log" 2>&1
+  grep -E "^(greedy|ras|pytorch)|rror" "$out/llm-only.log" | cut -c1-600
+  ;;
+H8)  # same warm machine: the default budget at every level
+  budget_bench default-c1-4-16-32-64 540 --concurrency 1,4,16,32,64
+  grep -E "took|seconds|secs" "$out/bench-default-c1-4-16-32-64.log" | grep -v Warning | cut -c1-200 | head -12
+  ;;
+H9)  # same warm machine: the 24 GiB budget
+  budget_bench budget24-c1-16-32 480 --concurrency 1,16,32 --vram-budget 24
+  ;;
 H1)  # issue 11 (stop 10): install, model, tests/vllm on the GPU, then the default budget at 1/4/16 (cold start)
   install
   timeout 200 python3 -m pytest tests/vllm tests/tts/test_vram_budget.py -q -p no:cacheprovider \
