@@ -121,6 +121,7 @@ class RasLogitsProcessor(LogitsProcessor):
         self.ring_steps = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
         self._step_buffers: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
         self._turn = 0
+        self.vocab = 0  # the logits' width, known at the first step (stop ids beyond it are dropped)
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -151,7 +152,7 @@ class RasLogitsProcessor(LogitsProcessor):
         self.requests[index] = request
         self._ensure(index + 1, request.win_size)
         self.seeds[index] = _signed(request.seed)
-        self.params[index] = torch.tensor(request.row_params, dtype=torch.float64)
+        self.params[index] = self._upload(request.row_params, torch.float64)
         # The ring from vLLM's list: empty for a new request, its last tokens for a resumed one.
         tokens = torch.full((self.ring_tokens.shape[1],), -1, dtype=torch.int64)
         steps = torch.full_like(tokens, _EMPTY_STEP)
@@ -160,8 +161,8 @@ class RasLogitsProcessor(LogitsProcessor):
             token = request.output_ids[step]
             if token >= 0:  # not a placeholder
                 tokens[step % window], steps[step % window] = token, step
-        self.ring_tokens[index] = tokens.to(self.device)
-        self.ring_steps[index] = steps.to(self.device)
+        self.ring_tokens[index] = self._upload(tokens, torch.int64)
+        self.ring_steps[index] = self._upload(steps, torch.int64)
 
     def _move(self, a: int, b: int, swap: bool) -> None:
         a_entry, b_entry = self.requests.pop(a, None), self.requests.pop(b, None)
@@ -170,10 +171,24 @@ class RasLogitsProcessor(LogitsProcessor):
         if b_entry is not None and swap:
             self.requests[a] = b_entry
         self._ensure(max(a, b) + 1, 0)
-        source = torch.tensor([a, b] if swap else [a], device=self.device)
-        target = torch.tensor([b, a] if swap else [b], device=self.device)
+        source = self._upload([a, b] if swap else [a], torch.int64)
+        target = self._upload([b, a] if swap else [b], torch.int64)
         for table in (self.seeds, self.params, self.ring_tokens, self.ring_steps):
             table[target] = table[source]
+
+    def _see_vocab(self, vocab: int) -> None:
+        if vocab != self.vocab:
+            self.vocab, self._batch = vocab, None
+
+    def _upload(self, values, dtype: torch.dtype) -> torch.Tensor:
+        """A host list or tensor on the device without waiting for the GPU: through pinned memory on CUDA.
+
+        (A copy from ordinary host memory waits for the work queued before it; so would indexing by a
+        mask, whose size only the device knows: nothing in a step does either.)"""
+        host = torch.as_tensor(values, dtype=dtype)
+        if not self.pin_memory:
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
 
     def _ensure(self, rows: int, window: int) -> None:
         """Grow the per-row tables to `rows` rows and the rings to `window` slots (new ones empty)."""
@@ -198,10 +213,11 @@ class RasLogitsProcessor(LogitsProcessor):
         if self._batch is None:
             rows = sorted(self.requests)
             reqs = [self.requests[i] for i in rows]
-            row_index = torch.tensor(rows, device=self.device)
+            row_index = self._upload(rows, torch.int64)
             params = self.params.index_select(0, row_index)
             column = lambda i: params[:, i : i + 1]  # noqa: E731
             stop_ids = sorted({s for r in reqs for s in r.stop_ids})
+            stops = self._upload([s for s in stop_ids if s < self.vocab], torch.int64)
             self._batch = (
                 reqs,
                 row_index,
@@ -212,7 +228,7 @@ class RasLogitsProcessor(LogitsProcessor):
                 column(_WIN).long(),
                 column(_MIN_LEN),
                 max(r.top_k for r in reqs),
-                torch.tensor(stop_ids, dtype=torch.long, device=self.device),
+                stops,
             )
         return self._batch
 
@@ -242,6 +258,7 @@ class RasLogitsProcessor(LogitsProcessor):
         """Draw each RAS request's token and leave its logits row one-hot on it (greedy picks it)."""
         if not self.requests:
             return logits
+        self._see_vocab(logits.shape[-1])
         steps = self._steps(self._batch_tensors()[0])
         row_index, mixture = self.mixture(logits, steps)
         seeds, window = self._batch[2], self._batch[6]
@@ -262,11 +279,12 @@ class RasLogitsProcessor(LogitsProcessor):
         """(batch rows, RAS probabilities [rows, V]) of the requests this processor serves.
 
         `steps`: each row's step on the device (default: the lengths of vLLM's output lists)."""
-        reqs, row_index, _seeds, top_p, top_k, threshold, window, min_len, k_max, stop_ids = (
+        self._see_vocab(logits.shape[-1])
+        reqs, row_index, _seeds, top_p, top_k, threshold, window, min_len, k_max, stops = (
             self._batch_tensors()
         )
         if steps is None:
-            steps = torch.tensor([len(r.output_ids) for r in reqs], dtype=torch.int64, device=self.device)
+            steps = self._upload([len(r.output_ids) for r in reqs], torch.int64)
         probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
         vocab = probs.shape[-1]
 
@@ -290,7 +308,6 @@ class RasLogitsProcessor(LogitsProcessor):
         redraw_mass = (nucleus * repeated).sum(dim=-1, keepdim=True)
         mixture = nucleus * ~repeated + redraw_mass * probs
 
-        stops = stop_ids[stop_ids < vocab]
         if stops.numel():  # before min_len no stop id may come out
             short = (steps.unsqueeze(1) < min_len).to(mixture.dtype)
             mixture[:, stops] = mixture[:, stops] * (1.0 - short)
