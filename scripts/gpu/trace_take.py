@@ -120,7 +120,9 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
     first_flow = next((r for r in rows if r["event"] == "flow.call"), None)
     first_hift = next((r for r in rows if r["event"] == "hift.call"), None)
     waited = sum(
-        r["ms"] for r in rows if r["event"] == "wait.tokens" and first_flow and r["start_ms"] < first_flow["start_ms"]
+        r["ms"]
+        for r in rows
+        if r["event"] == "wait.tokens" and first_flow and r["start_ms"] < first_flow["start_ms"]
     )
     if first_flow and first_hift:
         lines.append(
@@ -130,6 +132,63 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
     return rows, "\n".join(lines) + "\n"
 
 
+def describe(stats) -> str:
+    stages = json.dumps({k: round(v, 4) for k, v in stats.stage_seconds.items()})
+    return (
+        f"first chunk {stats.first_chunk_latency * 1000:.1f} ms, total {stats.total_seconds * 1000:.1f} ms, "
+        f"audio {stats.audio_seconds:.2f} s, RTF {stats.rtf:.3f}, {stats.chunks} chunks; stage seconds {stages}"
+    )
+
+
+def streams_summary(loaded, request, streams: int) -> str:
+    """`streams` takes at once without the profiler: the wall time each span took, summed over takes."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from studio.engine import runner
+
+    EVENTS.clear()
+    lateness: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:  # asks for the interpreter every ms: how late it gets it shows the lock's queue
+        while not stop.is_set():
+            asked = time.perf_counter()
+            time.sleep(0.001)
+            lateness.append(time.perf_counter() - asked - 0.001)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        takes = list(pool.map(lambda i: runner.run_take(loaded.model, request(2000 + i), backend=loaded.backend),
+                              range(streams)))  # fmt: skip
+    wall = time.perf_counter() - started
+    stop.set()
+    prober.join()
+    lateness.sort()
+    totals: dict[str, list[float]] = {}
+    for name, s, e in EVENTS:
+        if not name.startswith("lm.token."):
+            totals.setdefault(name, []).append(e - s)
+    audio = sum(t.audio_seconds for t in takes)
+    lines = [
+        f"## {streams} takes at once, without the profiler\n",
+        f"wall {wall:.2f} s, {audio / wall:.1f} audio-s per s; per span: calls, summed wall time (threads overlap, "
+        "so a sum beyond the wall time means spans waited for each other or the interpreter lock)\n",
+        f"A thread sleeping 1 ms at a time woke {1000 * sum(lateness) / max(1, len(lateness)):.2f} ms late on average "
+        f"(p95 {1000 * lateness[int(0.95 * (len(lateness) - 1))] if lateness else 0:.2f} ms): the wait for the "
+        "interpreter lock.\n",
+        "| span | calls | summed s | mean ms |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, values in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(
+            f"| {name} | {len(values)} | {sum(values):.2f} | {1000 * sum(values) / len(values):.1f} |"
+        )
+    return "\n".join(lines) + "\n\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
@@ -137,6 +196,7 @@ def main() -> int:
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--warmups", type=int, default=3)
+    parser.add_argument("--streams", type=int, default=16, help="also time this many takes at once (1: no)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     out = Path(args.out)
@@ -169,6 +229,12 @@ def main() -> int:
     try:
         for seed in range(args.warmups):
             runner.run_take(loaded.model, request(seed), backend=loaded.backend)
+        # the timeline from a take without the profiler (which slows every launch), then the traced one
+        EVENTS.clear()
+        T0[0] = time.perf_counter()
+        plain = runner.run_take(loaded.model, request(999), backend=loaded.backend)
+        plain_rows, plain_table = timeline(plain.first_chunk_latency)
+        concurrent = streams_summary(loaded, request, args.streams) if args.streams > 1 else ""
         EVENTS.clear()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         with profile(activities=activities) as prof:
@@ -182,16 +248,17 @@ def main() -> int:
             shutil.copyfileobj(src, dst)
         raw.unlink()
         rows, table = timeline(stats.first_chunk_latency)
-        head = (
-            f"# One streamed take: {args.backend}, fp16 {args.fp16}, {args.tokens} tokens, "
-            f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}\n\n"
-            f"first chunk {stats.first_chunk_latency * 1000:.1f} ms, total {stats.total_seconds * 1000:.1f} ms, "
-            f"audio {stats.audio_seconds:.2f} s, RTF {stats.rtf:.3f}, {stats.chunks} chunks; "
-            f"stage seconds {json.dumps({k: round(v, 4) for k, v in stats.stage_seconds.items()})}\n\n"
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+        text = (
+            f"# One streamed take: {args.backend}, fp16 {args.fp16}, {args.tokens} tokens, {device}\n\n"
+            f"## Without the profiler\n\n{describe(plain)}\n\n{plain_table}\n{concurrent}"
+            f"## Under torch.profiler (trace-take.json.gz; every launch is slower there)\n\n"
+            f"{describe(stats)}\n\n{table}"
         )
-        (out / "trace-take.md").write_text(head + table, encoding="utf-8")
-        (out / "trace-take-events.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-        print(head + table)
+        (out / "trace-take.md").write_text(text, encoding="utf-8")
+        events = {"plain": plain_rows, "profiled": rows}
+        (out / "trace-take-events.json").write_text(json.dumps(events, indent=1) + "\n", encoding="utf-8")
+        print(text)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
     finally:
         loaded.close()
