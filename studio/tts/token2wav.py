@@ -1,7 +1,7 @@
 """Speech tokens to waveform (flow then HiFT), with all streaming state owned by one request.
 
 `Token2WavStream` reproduces upstream CosyVoice2's chunking (hop 25 tokens, the first hop padded
-to align the prompt, 3 lookahead tokens, 8 cached mel frames, HiFT source cache and a Hamming
+to align the prompt, later hops growing 50 then 100 per request, 3 lookahead tokens, 8 cached mel frames, HiFT source cache and a Hamming
 cross-fade of the output) but keeps every piece of state on the request, applies ``speed`` in
 streaming too, and draws HiFT's randomness from the request's own generator.
 
@@ -31,6 +31,10 @@ from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 
 TOKEN_HOP_LEN = 25
+# Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
+# are larger, so a take makes fewer flow and HiFT calls, each on more frames (a step costs about the same).
+HOP_SCALE = 2
+MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
 MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
@@ -73,6 +77,8 @@ class Token2WavStream:
     generator: torch.Generator | None = None
     fp16: bool = False
     token_hop_len: int = TOKEN_HOP_LEN
+    hop_scale: int = HOP_SCALE  # each streamed chunk after the first grows the hop by this factor...
+    max_hop_len: int = MAX_HOP_LEN  # ...up to this many tokens (upstream: 25 -> 50 -> 100)
     token_offset: int = 0
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
@@ -83,6 +89,9 @@ class Token2WavStream:
         self.prompt_pad = math.ceil(prompt_len / self.token_hop_len) * self.token_hop_len - prompt_len
         self.lookahead = int(getattr(self.flow, "pre_lookahead_len", 3))
         self.mel_ratio = int(getattr(self.flow, "token_mel_ratio", 2))
+        if self.hop_scale < 1 or self.max_hop_len < self.token_hop_len:
+            raise ValueError("hop_scale must be >= 1 and max_hop_len >= token_hop_len")
+        self._hop_len = self.token_hop_len  # the hop of the next chunk after the first (grows per chunk)
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
         self.device = next(self.flow.parameters()).device
         self._incremental = None
@@ -103,7 +112,7 @@ class Token2WavStream:
     @property
     def hop(self) -> int:
         """Tokens the next streamed chunk advances by (the first one also covers the prompt pad)."""
-        return self.token_hop_len + self.prompt_pad if self.token_offset == 0 else self.token_hop_len
+        return self.token_hop_len + self.prompt_pad if self.token_offset == 0 else self._hop_len
 
     def tokens_needed(self) -> int:
         """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
@@ -115,9 +124,10 @@ class Token2WavStream:
     # -- rendering -------------------------------------------------------------------------------
     def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
         """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
-        end = self.tokens_needed()
+        end, hop = self.tokens_needed(), self.hop
         speech, times = self._render(tokens[:end], finalize=False)
-        self.token_offset += self.hop
+        self.token_offset += hop
+        self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)  # as upstream: 25, 50, 100
         return speech, times
 
     def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:

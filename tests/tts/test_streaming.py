@@ -140,3 +140,23 @@ def test_cancel_event_stops_a_request(tiny_cosyvoice, prompt_wav16k, monkeypatch
 def test_a_stream_shorter_than_one_hop_gives_one_final_chunk(tiny_cosyvoice, prompt_wav16k):
     chunks = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, exact_speech_tokens=10))
     assert len(chunks) == 1 and chunks[0].shape == (1, 10 * 960)
+
+
+def test_chunks_grow_as_upstreams_schedule_and_join_whole(tiny_cosyvoice, prompt_wav16k):
+    """Per take, as upstream CosyVoice2Model meant (25 + prompt pad, then 50, 100, 100 ...), never shared
+    between takes: fewer flow calls for a long take, the same audio length, joins without a click."""
+    tokens = 320
+    spec = dict(exact_speech_tokens=tokens)
+    streamed = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, **spec))
+    whole = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=False, **spec))
+    samples_per_token = whole[0].shape[1] // tokens
+    # the 2 s prompt is 50 tokens: no pad; HiFT holds back 8 mel frames (4 tokens) until the next chunk
+    hops = [25, 50, 100, 100]
+    held = 4 * samples_per_token
+    expected = [hops[0] * samples_per_token - held] + [h * samples_per_token for h in hops[1:]]
+    assert [c.shape[1] for c in streamed[: len(hops)]] == expected
+    assert len(streamed) == len(hops) + 1  # and the rest (45 tokens) at the end
+    assert torch.cat(streamed, dim=1).shape == whole[0].shape
+    # the next take starts again from 25 (upstream's defect 1 kept the grown hop on the shared model)
+    again = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, **spec))
+    assert [c.shape[1] for c in again] == [c.shape[1] for c in streamed]
