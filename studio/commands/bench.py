@@ -224,6 +224,9 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
         "audio_seconds_per_take": takes[0].audio_seconds,
         "first_chunk_latency_s": summarize([t.first_chunk_latency for t in takes]),
         "rtf": summarize([t.rtf for t in takes]),
+        # playback from the first chunk on: waits for a later chunk (streaming must stay ahead)
+        "stall_s": summarize([t.stall_seconds for t in takes]),
+        "takes_with_stall": sum(1 for t in takes if t.stall_seconds > 0.0),
         "audio_seconds_per_second": summarize(throughput),
         "stage_seconds": stages,
         "stage_share": {k: v / stage_total for k, v in stages.items()},
@@ -305,6 +308,10 @@ def print_level(backend: str, level: dict) -> None:
     peak = level.get("peak_vram_bytes")
     if peak is not None:
         first += f"  peak VRAM {peak / 2**30:.1f} GiB"
+    if level.get("takes_with_stall"):
+        first += (
+            f"  {level['takes_with_stall']} take(s) stalled (max {level['stall_s']['max'] * 1000:.0f} ms)"
+        )
     if level.get("queued_takes"):
         first += f"  {level['queued_takes']} take(s) queued for memory"
     print(

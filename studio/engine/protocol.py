@@ -206,6 +206,9 @@ class TakeStats:
     cancelled: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)  # llm / flow / hift
     first_chunk_stages: dict[str, float] = field(default_factory=dict)  # the same, for the first chunk
+    # Playing each chunk as it arrives, from the first one on: how long playback would have waited for
+    # the next chunk (0: the stream stayed ahead of the listener all the way).
+    stall_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

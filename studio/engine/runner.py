@@ -169,6 +169,7 @@ def run_take(
     start = time.perf_counter()
     first_chunk: float | None = None
     samples = chunks = tokens = 0
+    played_until, stall = 0.0, 0.0  # where playback of what arrived would be, and its waits
     stages: dict[str, float] = {}
     first_stages: dict[str, float] = {}
     generator = model.synthesize(spec)
@@ -177,9 +178,14 @@ def run_take(
             if cancel.is_set():
                 break
             audio = _to_numpy(out["tts_speech"])
+            arrived = time.perf_counter() - start
             if first_chunk is None:
-                first_chunk = time.perf_counter() - start
+                first_chunk = played_until = arrived
                 first_stages = {k: float(v) for k, v in (out.get("timings") or {}).items()}
+            elif arrived > played_until:
+                stall += arrived - played_until
+                played_until = arrived
+            played_until += audio.size / rate
             samples += audio.size
             chunks += 1
             tokens = max(tokens, int(out.get("speech_tokens", 0) or 0))
@@ -206,4 +212,5 @@ def run_take(
         cancelled=cancel.is_set(),
         stage_seconds=stages,
         first_chunk_stages=first_stages,
+        stall_seconds=stall,
     )

@@ -48,3 +48,31 @@ def test_a_saved_voice_supplies_prompt_and_transcript():
 def test_an_unknown_voice_is_passed_on_as_the_models_speaker_id():
     spec = build_spec(Synthesize("Hi.", voice_id="spk-7"))
     assert spec.spk_id == "spk-7" and spec.prompt_wav is None
+
+
+class PacedModel:
+    """Yields 0.1 s chunks at set moments (the model is the boundary; run_take's accounting is the test)."""
+
+    sample_rate = 24000
+
+    def __init__(self, delays: list[float]):
+        self.delays = delays
+
+    def synthesize(self, spec):
+        import time
+
+        for delay in self.delays:
+            time.sleep(delay)
+            yield {"tts_speech": np.zeros(2400, dtype=np.float32), "speech_tokens": 3}
+
+
+def test_stall_is_how_long_playback_from_the_first_chunk_would_wait():
+    from studio.engine.runner import run_take
+
+    request = Synthesize("Hi.", mode="zero-shot", prompt_wav=np.ones(100), prompt_sr=16000, prompt_text="p")
+    ahead = run_take(PacedModel([0.0, 0.02, 0.02, 0.02]), request)
+    assert ahead.stall_seconds == 0.0 and ahead.audio_seconds == pytest.approx(0.4)
+    # the second chunk comes 0.25 s after the first, whose 0.1 s have played by then: 0.15 s of silence;
+    # the third arrives at once, while the second still plays
+    late = run_take(PacedModel([0.0, 0.25, 0.0]), request)
+    assert late.stall_seconds == pytest.approx(0.15, abs=0.04)
