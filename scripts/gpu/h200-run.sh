@@ -44,6 +44,22 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
   grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
 }
 case $step in
+H10)  # issue 11 (stop 12, second session), after the four part-copy calls: install, the vLLM checks, the trace
+  install
+  timeout 150 python3 -m pytest tests/vllm -q -p no:cacheprovider >"$out/pytest-vllm.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-vllm.log" | tail -4
+  timeout 260 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 \
+    --streams 16 --out "$out/trace" >"$out/trace.log" 2>&1
+  sed -n '1,60p' "$out/trace/trace-take.md" 2>/dev/null || tail -20 "$out/trace.log"
+  grep -E "took|seconds|secs" "$out/trace.log" | grep -v Warning | cut -c1-200 | head -8
+  ;;
+H11)  # same warm machine: the default budget at every level
+  budget_bench default-c1-4-16-32-64 540 --concurrency 1,4,16,32,64
+  grep -E "took|seconds|secs" "$out/bench-default-c1-4-16-32-64.log" | grep -v Warning | cut -c1-200 | head -8
+  ;;
+H12)  # same warm machine: the 24 GiB budget at 16 and 32 streams
+  budget_bench budget24-c1-16-32 300 --concurrency 1,16,32 --vram-budget 24
+  ;;
 H7)  # issue 11 (stop 12), after the four part-copy calls: install, the CI's vLLM checks on the GPU (async
      # scheduling on), one traced take, the LM alone greedy vs RAS
   install
