@@ -91,6 +91,13 @@ PROMPT_CACHE_MB = _define(
     "per-voice cache of the prompt's flow state, in MB (0 = off)",
     speed=True,
 )
+FIRST_HOP_TOKENS = _define(
+    "STUDIO_FIRST_HOP_TOKENS",
+    "0",
+    "streaming: the first chunk after this many speech tokens (0: upstream's 25 + prompt alignment); "
+    "earlier first audio, its frames computed without the rest of their chunk",
+    speed=True,
+)
 FLOW_MAX_BATCH = _define(
     "STUDIO_FLOW_MAX_BATCH", "16", "most takes whose flow chunks are solved as one batch", speed=True
 )

@@ -57,8 +57,9 @@ H11)  # same warm machine: the default budget at every level
   budget_bench default-c1-4-16-32-64 540 --concurrency 1,4,16,32,64
   grep -E "took|seconds|secs" "$out/bench-default-c1-4-16-32-64.log" | grep -v Warning | cut -c1-200 | head -8
   ;;
-H12)  # same warm machine: the 24 GiB budget at 16 and 32 streams
-  budget_bench budget24-c1-16-32 300 --concurrency 1,16,32 --vram-budget 24
+H12)  # same warm machine: the 24 GiB budget at 16 streams, then the short first hop at 1 stream
+  budget_bench budget24-c16 170 --concurrency 16 --vram-budget 24
+  budget_bench first-hop-10-c1 120 --concurrency 1 --first-hop 10
   ;;
 H7)  # issue 11 (stop 12), after the four part-copy calls: install, the CI's vLLM checks on the GPU (async
      # scheduling on), one traced take, the LM alone greedy vs RAS

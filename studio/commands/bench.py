@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="untimed rounds before each concurrency level (default 1)",
     )
+    parser.add_argument(
+        "--first-hop",
+        type=int,
+        metavar="N",
+        help="streaming: the first chunk after N speech tokens (sets STUDIO_FIRST_HOP_TOKENS; default upstream's)",
+    )
     parser.add_argument("--text", default=BENCH_TEXT)
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
     from studio.commands.vllm_flags import add_vllm_arguments
@@ -359,6 +365,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import torch
 
+    from studio import envs
+
+    if args.first_hop is not None:
+        os.environ[envs.FIRST_HOP_TOKENS.name] = str(args.first_hop)
     report = {
         "model": str(args.model),
         "tokens_per_take": args.tokens,
@@ -366,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
         "runs": args.runs,
         "warmup_rounds": args.warmup_rounds,
         "fp16": args.fp16,
+        "first_hop_tokens": envs.FIRST_HOP_TOKENS.count() or 0,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

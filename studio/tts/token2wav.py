@@ -79,6 +79,7 @@ class Token2WavStream:
     token_hop_len: int = TOKEN_HOP_LEN
     hop_scale: int = HOP_SCALE  # each streamed chunk after the first grows the hop by this factor...
     max_hop_len: int = MAX_HOP_LEN  # ...up to this many tokens (upstream: 25 -> 50 -> 100)
+    first_hop: int | None = None  # tokens of a shorter first chunk (0: upstream's; None: the environment's)
     token_offset: int = 0
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
@@ -92,6 +93,11 @@ class Token2WavStream:
         if self.hop_scale < 1 or self.max_hop_len < self.token_hop_len:
             raise ValueError("hop_scale must be >= 1 and max_hop_len >= token_hop_len")
         self._hop_len = self.token_hop_len  # the hop of the next chunk after the first (grows per chunk)
+        aligned = self.token_hop_len + self.prompt_pad
+        if self.first_hop is None:
+            self.first_hop = envs.FIRST_HOP_TOKENS.count() or 0
+        self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
+        self._realign = False  # after a short first chunk, the next ends on the chunk grid again
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
         self.device = next(self.flow.parameters()).device
         self._incremental = None
@@ -111,8 +117,15 @@ class Token2WavStream:
     # -- streaming schedule ----------------------------------------------------------------------
     @property
     def hop(self) -> int:
-        """Tokens the next streamed chunk advances by (the first one also covers the prompt pad)."""
-        return self.token_hop_len + self.prompt_pad if self.token_offset == 0 else self._hop_len
+        """Tokens the next streamed chunk advances by (the first one also covers the prompt pad).
+
+        A short first chunk (`first_hop`) is followed by one that ends on the second boundary of the
+        chunk grid, so every later call commits whole chunks again."""
+        if self.token_offset == 0:
+            return self.first_hop_len
+        if self._realign:
+            return 2 * self.token_hop_len + self.prompt_pad - self.token_offset
+        return self._hop_len
 
     def tokens_needed(self) -> int:
         """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
@@ -126,8 +139,10 @@ class Token2WavStream:
         """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
         end, hop = self.tokens_needed(), self.hop
         speech, times = self._render(tokens[:end], finalize=False)
+        self._realign = self.token_offset == 0 and hop < self.token_hop_len + self.prompt_pad
         self.token_offset += hop
-        self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)  # as upstream: 25, 50, 100
+        if not self._realign:
+            self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)  # as upstream: 25, 50, 100
         return speech, times
 
     def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
