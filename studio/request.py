@@ -15,6 +15,9 @@ from typing import Any
 #: CosyVoice2's output rate in Hz. Audio crosses the engine protocol with its rate attached
 #: (`AudioChunk.sample_rate`); this constant is the runtime's default and the synth command's.
 SAMPLE_RATE = 24000
+# "Start playing sooner": the first streamed chunk after this many speech tokens instead of upstream's 25
+# (plus the prompt's alignment); its frames are computed without the rest of their chunk.
+FAST_FIRST_HOP_TOKENS = 10
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 

@@ -82,6 +82,7 @@ class Settings:
     audio_input_device: str = ""  # empty: system default
     audio_output_device: str = ""
     stream: bool = True
+    fast_first_audio: bool = False  # streaming: the first chunk after FAST_FIRST_HOP_TOKENS tokens
     denoise: bool = False
     # exported takes and scripts: the rate (0: the model's) and the loudness (0: as made, else LUFS)
     export_sample_rate: int = 0

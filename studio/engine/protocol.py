@@ -90,6 +90,7 @@ class Synthesize:
     stream: bool = True
     request_id: str = field(default_factory=new_request_id)
     exact_speech_tokens: int | None = None  # benchmarks: ignore stop ids, decode exactly N tokens
+    first_hop_tokens: int = 0  # streaming: the first chunk after N tokens (0: upstream's schedule)
 
     def __post_init__(self) -> None:
         if self.prompt_wav is not None:
@@ -99,6 +100,8 @@ class Synthesize:
             if wav.ndim != 1 or wav.size == 0:
                 raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
             object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
+        if self.first_hop_tokens < 0:
+            raise RequestError("first_hop_tokens", "first_hop_tokens must be 0 (upstream's schedule) or more")
         mode = validate_take(
             text=self.text,
             mode=self.mode,

@@ -34,6 +34,7 @@ from studio.gui.takes_panel import TakesPanel
 from studio.gui.text_panel import TextPanel
 from studio.gui.transcripts import TranscriptController
 from studio.gui.voice_panel import VoicePanel
+from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import Settings, data_dir, save_settings
 from studio.takes import TakeError, TakeStore
 from studio.voices import VoiceLibrary
@@ -72,6 +73,7 @@ class MainWindow(QMainWindow):
         self.voices = VoiceLibrary(data_dir(create=False) / "voices")
         self.denoiser = TakeDenoiser(self)
         self.takes = TakeController(self.bridge, self.store, self)
+        self.takes.first_hop = lambda: FAST_FIRST_HOP_TOKENS if self.settings.fast_first_audio else 0
         self.transcripts = TranscriptController(self.bridge, lambda: self.settings.asr_model, self)
         self._closing = False
         self._notices: list[QMessageBox] = []  # open non-blocking notices (kept alive until closed)

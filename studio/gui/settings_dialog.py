@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.asr import DEFAULT_ASR_MODEL, SMALLER_ASR_MODELS
+from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import BACKENDS, Settings
 from studio.vllm_options import VLLM_OPTION_NAMES, VLLM_OPTIONS, VllmOption
 
@@ -210,6 +211,16 @@ class SettingsDialog(QDialog):
         form = QFormLayout(audio)
         form.addRow("Microphone", self.input_device)
         form.addRow("Playback", self.output_device)
+        self.fast_first_audio = QCheckBox(
+            f"Start playing sooner (first chunk after {FAST_FIRST_HOP_TOKENS} tokens)"
+        )
+        self.fast_first_audio.setChecked(settings.fast_first_audio)
+        self.fast_first_audio.setToolTip(
+            f"Streaming takes play their first chunk after {FAST_FIRST_HOP_TOKENS} speech tokens instead of 25; "
+            "that first 0.4 s is computed without the rest of its chunk, so it may differ slightly from a "
+            "take made without this"
+        )
+        form.addRow("", self.fast_first_audio)
 
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -289,6 +300,7 @@ class SettingsDialog(QDialog):
             engine_key=self.engine_key.text().strip(),
             audio_input_device=self.input_device.currentData(),
             audio_output_device=self.output_device.currentData(),
+            fast_first_audio=self.fast_first_audio.isChecked(),
             export_sample_rate=self.export_rate.currentData(),
             export_loudness_lufs=0.0
             if self.export_loudness.value() <= LOUDNESS_OFF

@@ -36,7 +36,7 @@ class ActiveTake:
         return None if self.first_chunk_at is None else self.first_chunk_at - self.started
 
 
-def build_request(text: TextRequest, prompt: Prompt) -> Synthesize:
+def build_request(text: TextRequest, prompt: Prompt, first_hop_tokens: int = 0) -> Synthesize:
     """The engine request for a take; raises `RequestError` (naming the field) when incomplete.
 
     A saved voice goes by its id (the engine reads it from the voice library); a fresh one as audio.
@@ -52,6 +52,7 @@ def build_request(text: TextRequest, prompt: Prompt) -> Synthesize:
         speed=text.speed,
         seed=text.seed,
         stream=text.stream,
+        first_hop_tokens=first_hop_tokens,
     )
 
 
@@ -82,6 +83,9 @@ class TakeController(QObject):
         self.recovery = recovery  # None: the data folder's recovery store
         self.active: ActiveTake | None = None
         self.kept: list[KeptTake] = []  # refused takes not yet saved elsewhere
+        self.first_hop = lambda: (
+            0
+        )  # tokens before the first streamed chunk (0: upstream's); set by the window
         bridge.sig_chunk.connect(self.on_chunk)
         bridge.sig_take_finished.connect(self.on_take_finished)
         bridge.sig_error.connect(self.on_error)
@@ -99,7 +103,7 @@ class TakeController(QObject):
             self.sig_failed.emit("record, import or pick a voice first")
             return False
         try:
-            request = build_request(text, prompt)
+            request = build_request(text, prompt, self.first_hop())
         except RequestError as exc:
             reason = str(exc)
             if exc.field == "prompt_text":

@@ -330,6 +330,7 @@ class CosyVoice2:
             generator=hift_generator,
             fp16=self.fp16,
             token_hop_len=self.token_hop_len,
+            first_hop=spec.first_hop_tokens,
         )
         producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
         used = 0

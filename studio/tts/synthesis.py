@@ -34,6 +34,7 @@ class SynthesisSpec:
     seed: int | None = None
     text_frontend: bool = True
     exact_speech_tokens: int | None = None
+    first_hop_tokens: int | None = None  # streaming: a shorter first chunk (None: STUDIO_FIRST_HOP_TOKENS)
     cancel: threading.Event | None = field(default=None, compare=False)
 
     def validate(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
+from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import Settings, load_settings
 
 pytestmark = pytest.mark.gui
@@ -43,6 +44,13 @@ def test_dialog_edits_are_persisted_and_applied(qtbot, tmp_path, monkeypatch):
     )
     assert restarts == []  # no model yet: nothing to restart
     assert not engine_changed(saved, dialog.result_settings())
+    # "Start playing sooner" reaches each take's request, without restarting the engine
+    assert window.takes.first_hop() == 0
+    dialog.fast_first_audio.setChecked(True)
+    faster = dialog.result_settings()
+    assert not engine_changed(saved, faster)
+    window.apply_settings(faster)
+    assert load_settings().fast_first_audio and window.takes.first_hop() == FAST_FIRST_HOP_TOKENS
     window.shutdown()
 
 

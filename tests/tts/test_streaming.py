@@ -165,12 +165,17 @@ def test_chunks_grow_as_upstreams_schedule_and_join_whole(tiny_cosyvoice, prompt
 def test_a_short_first_hop_gives_early_audio_then_returns_to_the_chunk_grid(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):
-    """STUDIO_FIRST_HOP_TOKENS=10: the first chunk after 10 tokens (+3 lookahead), the next ends at 50 on the
-    grid of 25-token chunks, then the usual growth; nothing lost or doubled, no click at the joins."""
+    """A take asking for its first chunk after 10 tokens (+3 lookahead), as the studio's "Start playing
+    sooner" does: the next ends at 50 on the grid of 25-token chunks, then the usual growth; nothing lost or
+    doubled, no click at the joins. STUDIO_FIRST_HOP_TOKENS sets it for every take."""
+    from studio.engine.protocol import Synthesize
+    from studio.engine.runner import build_spec
+
     tokens = 210
     whole = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=False, exact_speech_tokens=tokens))
-    monkeypatch.setenv("STUDIO_FIRST_HOP_TOKENS", "10")
-    streamed = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, exact_speech_tokens=tokens))
+    request = Synthesize("Hello.", mode="cross-lingual", prompt_wav=prompt_wav16k, prompt_sr=16000,
+                         seed=7, exact_speech_tokens=tokens, first_hop_tokens=10)  # fmt: skip
+    streamed = _chunks(tiny_cosyvoice, build_spec(request))
     per_token = whole[0].shape[1] // tokens
     held = 4 * per_token  # HiFT's 8 mel frames wait for the next chunk
     assert [c.shape[1] for c in streamed[:4]] == [10 * per_token - held, 40 * per_token, 50 * per_token,
@@ -180,6 +185,9 @@ def test_a_short_first_hop_gives_early_audio_then_returns_to_the_chunk_grid(
     step = joined[0].diff().abs()
     boundary = streamed[0].shape[1]
     assert step[boundary - 2 : boundary + 1].max() <= 2 * torch.quantile(step, 0.999) + 1e-6
+    monkeypatch.setenv("STUDIO_FIRST_HOP_TOKENS", "10")
+    from_environment = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True, exact_speech_tokens=tokens))
+    assert [c.shape[1] for c in from_environment] == [c.shape[1] for c in streamed]
     monkeypatch.setenv("STUDIO_FIRST_HOP_TOKENS", "-1")
     with pytest.raises(ValueError, match="STUDIO_FIRST_HOP_TOKENS"):
         _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=True))
