@@ -66,11 +66,13 @@ class SolveRequest:
 
 # -- batching and graphs ---------------------------------------------------------------------------------
 def _bucket_frames(frames: int) -> int:
-    return 32 * math.ceil(frames / 32) if frames <= 128 else 128 * math.ceil(frames / 128)
+    """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
+    return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
 
 
 def _bucket_batch(size: int) -> int:
-    return 1 << (size - 1).bit_length()
+    """Takes padded for graph reuse: 1, 2, 4, then multiples of 4 (a power of two padded 9 takes to 16)."""
+    return 1 << (size - 1).bit_length() if size <= 4 else 4 * math.ceil(size / 4)
 
 
 def _env_number(var: envs.EnvVar, default: float) -> float:
