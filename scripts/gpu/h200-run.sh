@@ -44,6 +44,18 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
   grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
 }
 case $step in
+F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
+     # then the default budget at every level
+  install
+  timeout 110 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1 --tokens 200 \
+    --json "$out/llm-only-h200.json" >"$out/llm-only.log" 2>&1
+  grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-400
+  budget_bench default-c1-4-16-32-64 330 --concurrency 1,4,16,32,64
+  ;;
+F2)  # same warm machine: the short first hop at 1 stream, then the 24 GiB budget at 16 streams
+  budget_bench first-hop-10-c1 130 --concurrency 1 --first-hop 10
+  budget_bench budget24-c16 150 --concurrency 16 --vram-budget 24
+  ;;
 H10)  # issue 11 (stop 12, second session), after the four part-copy calls: install, the vLLM checks, the trace
   install
   timeout 260 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 \
