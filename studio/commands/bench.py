@@ -75,8 +75,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--first-hop",
         type=int,
+        default=0,
         metavar="N",
-        help="streaming: the first chunk after N speech tokens (sets STUDIO_FIRST_HOP_TOKENS; default upstream's)",
+        help="streaming: the first chunk after N speech tokens (0, the default: upstream's 25 + alignment)",
+    )
+    parser.add_argument(
+        "--first-hop-levels",
+        type=_int_list,
+        metavar="LIST",
+        help="with --first-hop: time only these concurrencies with it, after the levels without it",
     )
     parser.add_argument("--text", default=BENCH_TEXT)
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
@@ -249,7 +256,7 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
 
     prompt = synthetic_voice(16000, 3.0)
 
-    def make_request(index: int) -> Synthesize:
+    def make_request(index: int, first_hop: int = 0) -> Synthesize:
         return Synthesize(
             args.text,
             prompt_wav=prompt,
@@ -258,6 +265,7 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             stream=args.stream,
             seed=index,
             exact_speech_tokens=args.tokens,
+            first_hop_tokens=first_hop,
             request_id=f"bench-{index}",
         )
 
@@ -292,9 +300,16 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             print(f"[{backend}] ready in {result['time_to_ready_s']:.1f} s (load {loaded.load_seconds:.1f} s)"
                   + (f"; {plan.describe()}" if plan is not None else ""), flush=True)  # fmt: skip
             result["levels"] = []
-            for concurrency in args.concurrency:
+            for concurrency, first_hop in level_plan(args):
                 vram.new_window()
-                level = bench_concurrency(loaded, make_request, concurrency, args.runs, args.warmup_rounds)
+                level = bench_concurrency(
+                    loaded,
+                    lambda i, hop=first_hop: make_request(i, hop),
+                    concurrency,
+                    args.runs,
+                    args.warmup_rounds,
+                )
+                level["first_hop_tokens"] = first_hop
                 level["peak_vram_bytes"] = vram.window_peak
                 result["levels"].append(level)
                 print_level(backend, level)
@@ -302,6 +317,14 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             loaded.close()
     result["peak_vram_bytes"] = vram.peak
     return result
+
+
+def level_plan(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(concurrency, first hop) of each timed level: every level with --first-hop, or, with
+    --first-hop-levels, every level without it and then those with it."""
+    if not args.first_hop_levels:
+        return [(c, args.first_hop) for c in args.concurrency]
+    return [(c, 0) for c in args.concurrency] + [(c, args.first_hop) for c in args.first_hop_levels]
 
 
 def print_level(backend: str, level: dict) -> None:
@@ -320,8 +343,9 @@ def print_level(backend: str, level: dict) -> None:
         )
     if level.get("queued_takes"):
         first += f"  {level['queued_takes']} take(s) queued for memory"
+    hop = f" hop{level['first_hop_tokens']}" if level.get("first_hop_tokens") else ""
     print(
-        f"{backend:8} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
+        f"{backend:8}{hop} x{level['concurrency']:<3} first chunk avg {lat['avg'] * 1000:7.0f} ms "
         f"(min {lat['min'] * 1000:.0f}, max {lat['max'] * 1000:.0f}, p95 {lat['p95'] * 1000:.0f})  "
         f"RTF avg {rtf['avg']:.3f} (p95 {rtf['p95']:.3f})  {thr['avg']:.2f} audio-s/s  [{split}]  "
         f"first chunk ms: {first}",
@@ -360,15 +384,14 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         print(f"error: model folder not found: {args.model}", file=sys.stderr)
         return 2
+    if args.first_hop < 0:
+        print("error: --first-hop must be 0 (upstream's schedule) or more tokens", file=sys.stderr)
+        return 2
     if args.runs < 1 or args.tokens < 1 or args.warmup_rounds < 0:
         print("error: --runs and --tokens must be positive, --warmup-rounds not negative", file=sys.stderr)
         return 2
     import torch
 
-    from studio import envs
-
-    if args.first_hop is not None:
-        os.environ[envs.FIRST_HOP_TOKENS.name] = str(args.first_hop)
     report = {
         "model": str(args.model),
         "tokens_per_take": args.tokens,
@@ -376,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         "runs": args.runs,
         "warmup_rounds": args.warmup_rounds,
         "fp16": args.fp16,
-        "first_hop_tokens": envs.FIRST_HOP_TOKENS.count() or 0,
+        "first_hop_tokens": args.first_hop,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -83,15 +83,18 @@ def test_bench_reports_each_concurrency_with_fixed_token_counts(tmp_path, tiny_m
     report_path = tmp_path / "bench.json"
     rc = main([
         "bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--concurrency", "1,2",
-        "--runs", "1", "--tokens", "30", "--json", str(report_path),
+        "--runs", "1", "--tokens", "30", "--json", str(report_path), "--first-hop", "10",
+        "--first-hop-levels", "1",
     ])  # fmt: skip
     assert rc == 0
     report = json.loads(report_path.read_text())
     (backend,) = report["backends"]
     assert backend["backend"] == "pytorch" and backend["warmup_seconds"] > 0
-    assert [level["concurrency"] for level in backend["levels"]] == [1, 2]
+    # the levels as asked, then level 1 again with its first chunk after 10 tokens
+    levels = [(level["concurrency"], level["first_hop_tokens"]) for level in backend["levels"]]
+    assert levels == [(1, 0), (2, 0), (1, 10)]
     for level in backend["levels"]:
-        assert level["takes"] == level["concurrency"]
+        assert level["takes"] == level["concurrency"] and level["stall_s"]["min"] >= 0.0
         assert level["speech_tokens_per_take"] == 30
         assert level["audio_seconds_per_take"] == pytest.approx(30 / 25, rel=0.05)
         latency = level["first_chunk_latency_s"]
@@ -101,7 +104,7 @@ def test_bench_reports_each_concurrency_with_fixed_token_counts(tmp_path, tiny_m
         assert {"llm", "flow", "hift"} <= set(level["stage_seconds"])
     assert backend["peak_vram_bytes"] is None  # no GPU here: reported as unknown, not zero
     printed = capsys.readouterr().out
-    assert "pytorch  x1" in printed and "pytorch  x2" in printed
+    assert "pytorch  x1" in printed and "pytorch  x2" in printed and "hop10 x1 " in printed
     assert "pytorch: peak VRAM n/a (no GPU)" in printed
 
 
