@@ -45,16 +45,16 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
 }
 case $step in
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
-     # then the default budget at every level
+     # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install
   timeout 110 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1 --tokens 200 \
     --json "$out/llm-only-h200.json" >"$out/llm-only.log" 2>&1
   grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-400
-  budget_bench default-c1-4-16-32-64 330 --concurrency 1,4,16,32,64
+  budget_bench default-c1-4-16-32-64 330 --concurrency 1,4,16,32,64 --first-hop 10 --first-hop-levels 1,16
   ;;
-F2)  # same warm machine: the short first hop at 1 stream, then the 24 GiB budget at 16 streams
-  budget_bench first-hop-10-c1 130 --concurrency 1 --first-hop 10
+F2)  # same warm machine: the 24 GiB budget at 16 streams, then vLLM's engine core in this process (1 stream)
   budget_bench budget24-c16 150 --concurrency 16 --vram-budget 24
+  VLLM_ENABLE_V1_MULTIPROCESSING=0 budget_bench inproc-c1 110 --concurrency 1
   ;;
 H10)  # issue 11 (stop 12, second session), after the four part-copy calls: install, the vLLM checks, the trace
   install
