@@ -207,7 +207,7 @@ class SettingsDialog(QDialog):
 
         self.input_device = _device_combo(QMediaDevices.audioInputs(), settings.audio_input_device)
         self.output_device = _device_combo(QMediaDevices.audioOutputs(), settings.audio_output_device)
-        audio = QGroupBox("Audio devices")
+        audio = QGroupBox("Audio")
         form = QFormLayout(audio)
         form.addRow("Microphone", self.input_device)
         form.addRow("Playback", self.output_device)
