@@ -184,7 +184,7 @@ class RemoteEngineClient:
         try:
             body = {"input": request.text, "response_format": "pcm", "stream": True, "speed": request.speed,
                     "seed": request.seed, "instructions": request.instruct if request.mode is Mode.INSTRUCT else "",
-                    **reference_payload(request)}  # fmt: skip
+                    "first_hop_tokens": request.first_hop_tokens, **reference_payload(request)}  # fmt: skip
             with self._http.stream("POST", "/v1/audio/speech", json=body) as answer:
                 if answer.status_code != 200:
                     answer.read()

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -35,6 +36,7 @@ class SpeechBody(BaseModel):
     instructions: str = ""
     seed: int | None = None
     stream: bool = False
+    first_hop_tokens: int = Field(0, ge=0)  # an extension: the first streamed chunk after N speech tokens
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -69,6 +71,14 @@ def create_app(service: SpeechService, api_key: str | None = None) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
         return _error(exc.status, str(exc), exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError):
+        """A field of the wrong type or range, in the API's error shape, naming the field."""
+        first = (exc.errors() or [{}])[0]
+        where = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(where) or None
+        return _error(422, f"{param or 'the request'}: {first.get('msg', 'is not valid')}", param)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -47,6 +47,7 @@ class SpeechRequest:
     stream: bool = False
     reference_audio: str = ""  # base64 audio file: a voice sent with the request (the studio's remote engine)
     reference_text: str = ""
+    first_hop_tokens: int = 0  # the first streamed chunk after N speech tokens (0: upstream's schedule)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -118,7 +119,7 @@ class SpeechService:
         try:
             return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=transcript,
                               instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
-                              stream=True)  # fmt: skip
+                              stream=True, first_hop_tokens=body.first_hop_tokens)  # fmt: skip
         except RequestError as exc:
             raise ServiceError(422, str(exc), exc.field) from None
 

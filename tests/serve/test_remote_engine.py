@@ -131,3 +131,22 @@ def test_the_studio_generates_and_saves_a_take_on_the_server(server, qtbot, tmp_
         assert window.store.get(take.id).duration_s == pytest.approx(stats.audio_seconds)
     finally:
         window.shutdown()
+
+
+def test_start_playing_sooner_reaches_the_server(server, monkeypatch):
+    from studio.engine import runner
+
+    asked = []
+    real = runner.run_take
+    monkeypatch.setattr(
+        runner, "run_take", lambda model, request, **kw: asked.append(request) or real(model, request, **kw)
+    )
+    base, _service = server
+    client = RemoteEngineClient(base, API_KEY, poll_seconds=0.2)
+    client.start()
+    try:
+        client.synthesize(_take(first_hop_tokens=10))
+        assert isinstance(_events_until(client, (TakeFinished, Error))[-1], TakeFinished)
+    finally:
+        client.shutdown()
+    assert [r.first_hop_tokens for r in asked] == [10]

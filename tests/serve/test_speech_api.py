@@ -110,6 +110,8 @@ def test_health_and_metrics_parse(client, voice_id):
         ({"input": "Hi.", "voice": "alloy"}, 404, "unknown voice 'alloy'"),
         ({"input": "Hi.", "response_format": "aiff"}, 422, "response_format"),
         ({"input": "Hi.", "response_format": "mp3", "stream": True}, 422, "streaming needs"),
+        ({"input": "Hi.", "first_hop_tokens": -1}, 422, "first_hop_tokens"),
+        ({"input": "Hi.", "speed": 0}, 422, "speed"),
     ],
 )
 def test_bad_requests_say_what_is_wrong(client, voice_id, body, status, words):
@@ -152,6 +154,27 @@ def test_a_streamed_take_arrives_whole_while_the_client_reads(client, voice_id, 
         stats = paced_engine[-1]
         assert not stats.cancelled
         assert len(data) == 2 * round(stats.audio_seconds * RATE)
+
+
+def test_a_take_may_ask_for_its_first_chunk_sooner(client, voice_id, paced_engine, monkeypatch):
+    """The studio's "Start playing sooner" over the API: the take runs with the first hop asked for."""
+    from studio.engine import runner
+
+    asked = []
+    paced = runner.run_take
+    monkeypatch.setattr(
+        runner, "run_take", lambda model, request, **kw: asked.append(request) or paced(model, request, **kw)
+    )
+    body = {
+        "input": "Soon.",
+        "voice": voice_id,
+        "response_format": "pcm",
+        "stream": True,
+        "first_hop_tokens": 10,
+    }
+    with client.stream("POST", "/v1/audio/speech", json=body) as answer:
+        assert answer.status_code == 200 and b"".join(answer.iter_raw())
+    assert [r.first_hop_tokens for r in asked] == [10]
 
 
 def test_a_client_that_disconnects_cancels_its_take(server, client, voice_id, paced_engine):
