@@ -97,7 +97,6 @@ class Token2WavStream:
         if self.first_hop is None:
             self.first_hop = envs.FIRST_HOP_TOKENS.count() or 0
         self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
-        self._realign = False  # after a short first chunk, the next ends on the chunk grid again
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
         self.device = next(self.flow.parameters()).device
         self._incremental = None
@@ -123,9 +122,14 @@ class Token2WavStream:
         chunk grid, so every later call commits whole chunks again."""
         if self.token_offset == 0:
             return self.first_hop_len
-        if self._realign:
+        if self._realigning:
             return 2 * self.token_hop_len + self.prompt_pad - self.token_offset
         return self._hop_len
+
+    @property
+    def _realigning(self) -> bool:
+        """The chunk after a short first one: it ends on the chunk grid again (and does not grow the hop)."""
+        return self.token_offset == self.first_hop_len < self.token_hop_len + self.prompt_pad
 
     def tokens_needed(self) -> int:
         """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
@@ -139,9 +143,8 @@ class Token2WavStream:
         """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
         end, hop = self.tokens_needed(), self.hop
         speech, times = self._render(tokens[:end], finalize=False)
-        self._realign = self.token_offset == 0 and hop < self.token_hop_len + self.prompt_pad
         self.token_offset += hop
-        if not self._realign:
+        if not self._realigning:
             self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)  # as upstream: 25, 50, 100
         return speech, times
 

@@ -85,7 +85,7 @@ class EstimatorState:
             previous = 0 if kv is None else kv.shape[5]
             capacity = max(own, previous + previous // 2, 64)
             grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
-            kept = self.length - self.base_length
+            kept = self.own_rows()
             if kv is not None and kept > 0:
                 grown[:, :, :, :, :, :kept] = kv[:, :, :, :, :, :kept]
             self.kv = grown

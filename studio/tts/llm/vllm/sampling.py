@@ -21,6 +21,8 @@ from vLLM's list when a request (re)enters the batch.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
@@ -104,6 +106,21 @@ class _RasRequest:
 _TOP_P, _TOP_K, _THRESHOLD, _WIN, _MIN_LEN = range(5)
 
 
+class _Batch(NamedTuple):
+    """The served rows' tensors, rebuilt when the batch changes (columns [rows, 1] on the device)."""
+
+    reqs: list[_RasRequest]
+    row_index: torch.Tensor
+    seeds: torch.Tensor
+    top_p: torch.Tensor
+    top_k: torch.Tensor
+    threshold: torch.Tensor
+    window: torch.Tensor
+    min_len: torch.Tensor
+    k_max: int
+    stops: torch.Tensor  # stop ids inside the vocabulary
+
+
 class RasLogitsProcessor(LogitsProcessor):
     """Turns each RAS request's logits into a one-hot row on its RAS draw (see the module doc).
 
@@ -114,7 +131,7 @@ class RasLogitsProcessor(LogitsProcessor):
         self.device = torch.device(device)
         self.pin_memory = bool(is_pin_memory) and self.device.type == "cuda"
         self.requests: dict[int, _RasRequest] = {}
-        self._batch: tuple | None = None  # per-batch tensors, rebuilt when the batch changes
+        self._batch: _Batch | None = None  # per-batch tensors, rebuilt when the batch changes
         self.seeds = torch.zeros(0, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(0, 5, dtype=torch.float64, device=self.device)
         self.ring_tokens = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
@@ -209,7 +226,7 @@ class RasLogitsProcessor(LogitsProcessor):
             grown(self.ring_steps, _EMPTY_STEP, width),
         )
 
-    def _batch_tensors(self) -> tuple:
+    def _batch_tensors(self) -> _Batch:
         if self._batch is None:
             rows = sorted(self.requests)
             reqs = [self.requests[i] for i in rows]
@@ -218,7 +235,7 @@ class RasLogitsProcessor(LogitsProcessor):
             column = lambda i: params[:, i : i + 1]  # noqa: E731
             stop_ids = sorted({s for r in reqs for s in r.stop_ids})
             stops = self._upload([s for s in stop_ids if s < self.vocab], torch.int64)
-            self._batch = (
+            self._batch = _Batch(
                 reqs,
                 row_index,
                 self.seeds.index_select(0, row_index),
@@ -236,7 +253,7 @@ class RasLogitsProcessor(LogitsProcessor):
         """Each row's step (tokens it has output) on the device: one copy, through pinned memory on CUDA."""
         lengths = [len(r.output_ids) for r in reqs]
         if not self.pin_memory:
-            return torch.tensor(lengths, dtype=torch.int64, device=self.device)
+            return self._upload(lengths, torch.int64)
         if not self._step_buffers or self._step_buffers[0][0].shape[0] < len(lengths):
             size = max(len(lengths), 64)
             self._step_buffers = [
@@ -259,16 +276,16 @@ class RasLogitsProcessor(LogitsProcessor):
         if not self.requests:
             return logits
         self._see_vocab(logits.shape[-1])
-        steps = self._steps(self._batch_tensors()[0])
+        batch = self._batch_tensors()
+        steps = self._steps(batch.reqs)
         row_index, mixture = self.mixture(logits, steps)
-        seeds, window = self._batch[2], self._batch[6]
         cdf = mixture.double().cumsum(dim=-1)
-        targets = (device_uniforms(seeds, steps) * cdf[:, -1]).unsqueeze(1)
+        targets = (device_uniforms(batch.seeds, steps) * cdf[:, -1]).unsqueeze(1)
         drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
         one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
         logits[row_index] = one_hot.to(logits.dtype)
         # The draw is the token vLLM takes: into the ring, at this step's slot.
-        slot = steps % window.squeeze(1).clamp(min=1)
+        slot = steps % batch.window.squeeze(1).clamp(min=1)
         self.ring_tokens[row_index, slot] = drawn.squeeze(1)
         self.ring_steps[row_index, slot] = steps
         return logits
@@ -284,7 +301,7 @@ class RasLogitsProcessor(LogitsProcessor):
             self._batch_tensors()
         )
         if steps is None:
-            steps = self._upload([len(r.output_ids) for r in reqs], torch.int64)
+            steps = self._steps(reqs)
         probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
         vocab = probs.shape[-1]
 
