@@ -98,6 +98,13 @@ FIRST_HOP_TOKENS = _define(
     "earlier first audio, its frames computed without the rest of their chunk",
     speed=True,
 )
+FLOW_SCHEDULER = _define(
+    "STUDIO_FLOW_SCHEDULER",
+    "1",
+    "streaming: one thread runs every take's flow and HiFT chunks, most urgent first, in batches "
+    "(0: each take runs its own and joins the solver's batch)",
+    speed=True,
+)
 FLOW_MAX_BATCH = _define(
     "STUDIO_FLOW_MAX_BATCH", "16", "most takes whose flow chunks are solved as one batch", speed=True
 )

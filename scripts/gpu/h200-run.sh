@@ -44,6 +44,18 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
   grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
 }
 case $step in
+S1)  # issue 11 (stop 13), after the four part-copy calls: install, then the chunk scheduler (the default) at
+     # every level
+  install
+  budget_bench scheduler-c1-4-16-32-64 510 --concurrency 1,4,16,32,64
+  ;;
+S2)  # same warm machine: the same levels with the scheduler off (each take runs its own chunks, flat combining)
+  STUDIO_FLOW_SCHEDULER=0 budget_bench no-scheduler-c1-4-16-32-64 560 --concurrency 1,4,16,32,64
+  ;;
+S3)  # same warm machine: the 24 GiB budget at 16 and 32 streams, then vLLM's engine core in this process
+  budget_bench scheduler-budget24-c16-32 300 --concurrency 16,32 --vram-budget 24
+  VLLM_ENABLE_V1_MULTIPROCESSING=0 budget_bench scheduler-inproc-c1-16 250 --concurrency 1,16
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -67,22 +67,24 @@ def token_stamps(owner) -> None:
 
 
 def instrument(backend: str) -> None:
-    from studio.tts import cosyvoice2, token2wav
+    from studio.tts import chunk_scheduler, cosyvoice2, token2wav
     from studio.tts.flow.streaming import incremental, prompt_cache, solver
     from studio.tts.llm import model as lm_model
 
     span(cosyvoice2.CosyVoice2, "_prepare_prompt", "prompt.prepare")
     span(lm_model.Qwen2LM, "build_prompt_embeds", "lm.prompt_embeds")
-    span(token2wav.Token2WavStream, "_flow_mel", "flow.call")
-    span(token2wav.Token2WavStream, "_vocode", "hift.call")
-    span(incremental.IncrementalFlow, "mel", "flow.incremental")
+    span(token2wav.Token2WavStream, "_render", "chunk.render")  # the take's wait for a chunk (flow + HiFT)
+    span(token2wav.Token2WavStream, "flow_begin", "flow.begin")
+    span(token2wav.Token2WavStream, "vocode", "hift.call")
     span(incremental, "_encode", "flow.encoder")
     span(prompt_cache.PromptFlowCache, "start", "flow.prompt_cache.start")
     span(prompt_cache.PromptFlowCache, "store", "flow.prompt_cache.store")
-    span(solver.EstimatorSolver, "solve", "flow.solve")
+    span(solver.EstimatorSolver, "solve", "flow.solve")  # STUDIO_FLOW_SCHEDULER=0: each take's own
+    span(solver.EstimatorSolver, "solve_many", "flow.solve_many")  # the chunk scheduler's tick
+    span(chunk_scheduler.ChunkScheduler, "_deliver", "scheduler.wait_gpu")
     span(solver.EstimatorSolver, "_copy_in", "flow.solve.copy_in")
     span(solver.EstimatorSolver, "_copy_out", "flow.solve.copy_out")
-    span(solver.EstimatorSolver, "_inputs", "flow.solve.inputs")
+    span(solver, "batch_inputs", "flow.solve.inputs")
     span(solver.EstimatorSolver, "_replay", "flow.solve.replay")
     span(cosyvoice2.SpeechTokenProducer, "wait_for", "wait.tokens")
     if backend == "vllm":
@@ -117,7 +119,7 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
             f"\nLM: first token at {tokens[0]['start_ms']:.1f} ms after the take began; then "
             f"{sum(gaps) / len(gaps):.2f} ms per token on average (min {min(gaps):.2f}, max {max(gaps):.2f})."
         )
-    first_flow = next((r for r in rows if r["event"] == "flow.call"), None)
+    first_flow = next((r for r in rows if r["event"] == "chunk.render"), None)
     first_hift = next((r for r in rows if r["event"] == "hift.call"), None)
     waited = sum(
         r["ms"]
@@ -126,8 +128,8 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
     )
     if first_flow and first_hift:
         lines.append(
-            f"First chunk: waited {waited:.1f} ms for its tokens, flow {first_flow['ms']:.1f} ms, "
-            f"HiFT {first_hift['ms']:.1f} ms, handed out at {first_chunk_s * 1000:.1f} ms."
+            f"First chunk: waited {waited:.1f} ms for its tokens, flow and HiFT {first_flow['ms']:.1f} ms "
+            f"(HiFT's part {first_hift['ms']:.1f} ms), handed out at {first_chunk_s * 1000:.1f} ms."
         )
     return rows, "\n".join(lines) + "\n"
 

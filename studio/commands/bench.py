@@ -175,12 +175,20 @@ def summarize(values: list[float]) -> dict[str, float]:
     }
 
 
+def speed_variables_set() -> dict[str, str]:
+    """The speed switches (studio/envs.py) set in this environment, as set: the run's configuration."""
+    from studio import envs
+
+    return {var.name: var.raw() for var in envs.ALL if var.speed and var.raw() is not None}
+
+
 def flow_counters(loaded) -> dict[str, int]:
-    """The streaming flow solver's counters (how chunks batched, graphs captured), if the model has one."""
+    """The streaming flow's counters (how chunks batched, graphs captured, scheduler ticks), if any."""
+    from studio.tts.chunk_scheduler import scheduler_stats
     from studio.tts.flow.streaming.solver import solver_stats
 
     flow = getattr(getattr(loaded.model, "model", None), "flow", None)
-    return solver_stats(flow) if flow is not None else {}
+    return {**solver_stats(flow), **scheduler_stats(flow)} if flow is not None else {}
 
 
 def gate_counters(loaded) -> dict:
@@ -244,7 +252,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
         "stage_seconds": stages,
         "stage_share": {k: v / stage_total for k, v in stages.items()},
         "first_chunk_stages_s": first,
-        "flow_solver": counters,  # batched flow solves while timed: batches, requests, graph captures
+        "flow_solver": counters,  # while timed: solves (batches, requests), graph captures, scheduler ticks/jobs
         "queued_takes": gate_counters(loaded).get("queued_takes", 0) - queued_before,  # waited for VRAM
     }
 
@@ -400,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
         "warmup_rounds": args.warmup_rounds,
         "fp16": args.fp16,
         "first_hop_tokens": args.first_hop,
+        "speed_variables": speed_variables_set(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

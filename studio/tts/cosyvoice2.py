@@ -24,6 +24,7 @@ from studio import envs
 from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
+from studio.tts.chunk_scheduler import ChunkCancelled
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import load_model_folder_beside, load_spk2info
 from studio.tts.memory import enforce_budget, plan_budget, take_state_bytes
@@ -331,6 +332,7 @@ class CosyVoice2:
             fp16=self.fp16,
             token_hop_len=self.token_hop_len,
             first_hop=spec.first_hop_tokens,
+            cancel=cancel,
         )
         producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
         used = 0
@@ -351,6 +353,8 @@ class CosyVoice2:
             tokens = producer.snapshot()
             speech, times = stream.finish(tokens)
             yield self._chunk(speech, times, producer.take_llm_seconds(), len(tokens) - used)
+        except ChunkCancelled:  # cancelled while its chunk waited for the flow: the take just ends
+            return
         finally:
             producer.close()
 

@@ -18,6 +18,7 @@ It starts from the prompt's cached flow state when an earlier request used the s
 from __future__ import annotations
 
 import math
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ import torch
 from torch.nn import functional as F
 
 from studio import envs
-from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.chunk_scheduler import scheduler_for
+from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
+from studio.tts.flow.streaming.solver import solver_for
 
 TOKEN_HOP_LEN = 25
 # Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
@@ -38,6 +41,7 @@ MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
 MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
+SAMPLE_RATE = 24000
 
 
 def _incremental_default() -> bool:
@@ -83,6 +87,10 @@ class Token2WavStream:
     token_offset: int = 0
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
+    cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
+    scheduled: bool | None = (
+        None  # incremental: chunks run by the flow's ChunkScheduler (None: environment's)
+    )
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,8 +105,12 @@ class Token2WavStream:
         if self.first_hop is None:
             self.first_hop = envs.FIRST_HOP_TOKENS.count() or 0
         self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
-        self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()
         self.device = next(self.flow.parameters()).device
+        self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float().to(self.device)
+        self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
+        self._audio_out = 0.0  # seconds of audio handed out so far
+        if self.scheduled is None:
+            self.scheduled = envs.FLOW_SCHEDULER.enabled()
         self._incremental = None
         if self.incremental is None:
             self.incremental = _incremental_default()
@@ -154,31 +166,58 @@ class Token2WavStream:
 
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
         times = StageTimes()
-        started = time.perf_counter()
-        mel = self._flow_mel(tokens, finalize)
-        times.flow = time.perf_counter() - started
-        started = time.perf_counter()
-        speech = self._vocode(mel, finalize)
-        times.hift = time.perf_counter() - started
+        if self._incremental is not None and self.scheduled:
+            speech, times.flow, times.hift = scheduler_for(self.flow).render(self, tokens, finalize)
+        else:
+            started = time.perf_counter()
+            mel = self._flow_mel(tokens, finalize)
+            times.flow = time.perf_counter() - started
+            started = time.perf_counter()
+            speech = self.vocode(mel, finalize).cpu()
+            times.hift = time.perf_counter() - started
+        if self._first_out is None:
+            self._first_out = time.monotonic()
+        self._audio_out += speech.shape[1] / SAMPLE_RATE
         return speech, times
+
+    def deadline(self, now: float) -> float:
+        """When the take's next chunk is due (monotonic): now for its first, else when the audio handed
+        out so far would have played from the first chunk on (the `ChunkScheduler` serves the earliest)."""
+        return now if self._first_out is None else self._first_out + self._audio_out
 
     def _autocast(self):
         if self.fp16 and self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.float16)
         return nullcontext()
 
+    def flow_begin(self, tokens: list[int], finalize: bool) -> FlowStep:
+        """The incremental flow's encoder part of a chunk; its solve is the caller's (`flow_end` after)."""
+        if not tokens:
+            return FlowStep(None, -1, torch.zeros(1, 80, 0, device=self.device))
+        with self._autocast():
+            return self._incremental.begin(tokens, finalize)
+
+    def flow_end(self, step: FlowStep) -> torch.Tensor:
+        """The chunk's new mel [1, 80, n] float32 (speed applied) once its solve has run."""
+        if step.frame0 < 0:  # no tokens
+            return step.mel
+        mel, first_frame = self._incremental.complete(step)
+        skip = self.prompt_feat.shape[1] + self.token_offset * self.mel_ratio - first_frame
+        if skip < 0:
+            raise RuntimeError(f"incremental flow skipped {-skip} frames still to be emitted")
+        return self._speed(mel.float()[:, :, skip:])
+
     @torch.inference_mode()
     def _flow_mel(self, tokens: list[int], finalize: bool) -> torch.Tensor:
         device = self.device
+        if self._incremental is not None:
+            step = self.flow_begin(tokens, finalize)
+            if step.request is not None:
+                with self._autocast():
+                    step.request.result = solver_for(self.flow.decoder).solve(step.request)
+            return self.flow_end(step)
         if not tokens:
             return torch.zeros(1, 80, 0, device=device)
-        if self._incremental is not None:
-            with self._autocast():
-                mel, first_frame = self._incremental.mel(tokens, finalize)
-            skip = self.prompt_feat.shape[1] + self.token_offset * self.mel_ratio - first_frame
-            if skip < 0:
-                raise RuntimeError(f"incremental flow skipped {-skip} frames still to be emitted")
-            return self._speed(mel.float()[:, :, skip:])
         token = torch.tensor([tokens], dtype=torch.int32, device=device)
         prompt_token = self.prompt_token.to(device)
         prompt_feat = self.prompt_feat.to(device)
@@ -202,18 +241,19 @@ class Token2WavStream:
         return mel
 
     @torch.inference_mode()
-    def _vocode(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
+    def vocode(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
+        """HiFT on the chunk's mel with the take's cache and cross-fade: speech [1, N] float32, on the device."""
         if self._cache is not None:
             mel = torch.cat([self._cache.mel, mel], dim=2)
             cache_source = self._cache.source
         else:
             cache_source = torch.zeros(1, 1, 0, device=mel.device)
         if mel.shape[2] == 0:
-            return torch.zeros(1, 0)
+            return torch.zeros(1, 0, device=mel.device)
         speech, source = self.hift.inference(
             speech_feat=mel, cache_source=cache_source, generator=self.generator
         )
-        speech = speech.float().cpu()
+        speech = speech.float()
         if self._cache is not None:
             speech = _cross_fade(speech, self._cache.speech, self.window)
         if not finalize:

@@ -66,13 +66,13 @@ def stream_all(flow, hift, inputs: dict, tokens: list[int], incremental: bool, *
     )
     assert stream.incremental is incremental
     mels = []
-    vocode = stream._vocode
+    vocode = stream.vocode
 
     def recording(mel, finalize):
         mels.append(mel)
         return vocode(mel, finalize)
 
-    stream._vocode = recording
+    stream.vocode = recording
     speech = []
     for available in range(len(tokens) + 1):  # tokens arrive one at a time
         while stream.ready(available):

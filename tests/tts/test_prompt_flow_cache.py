@@ -39,13 +39,13 @@ def run(flow, hift, inputs: dict, tokens: list[int], cache, **options):
         **options,
     )
     mels = []
-    vocode = stream._vocode
+    vocode = stream.vocode
 
     def recording(mel, finalize):
         mels.append(mel.clone())
         return vocode(mel, finalize)
 
-    stream._vocode = recording
+    stream.vocode = recording
     speech = []
     for available in range(len(tokens) + 1):
         while stream.ready(available):

@@ -123,16 +123,16 @@ def test_an_out_of_memory_fails_its_take_clearly_and_the_next_take_runs(
 
     spec = dict(text="Memory runs out.", prompt_wav=prompt_wav16k, prompt_text="A prompt.",
                 exact_speech_tokens=20, stream=True, text_frontend=False, seed=1)  # fmt: skip
-    real_solve = solver_module.EstimatorSolver.solve
+    real_run = solver_module.EstimatorSolver._run
     calls = []
 
-    def solve_once_out_of_memory(self, request):
+    def run_once_out_of_memory(self, batch):
         calls.append(1)
         if len(calls) == 1:  # the GPU's allocator refusing a block, as a CUDA OOM does
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_solve(self, request)
+        return real_run(self, batch)
 
-    monkeypatch.setattr(solver_module.EstimatorSolver, "solve", solve_once_out_of_memory)
+    monkeypatch.setattr(solver_module.EstimatorSolver, "_run", run_once_out_of_memory)
     with pytest.raises(SynthesisError, match="ran out of memory during this take.*engine goes on"):
         list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
     chunks = list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))

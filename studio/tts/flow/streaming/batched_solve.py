@@ -19,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from studio.tts.device.transfer import to_device
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
+from studio.tts.flow.masks import mask_to_bias
 
 
 class Layout:
@@ -241,3 +243,54 @@ def euler_times(cfm: nn.Module, steps: int, like: torch.Tensor) -> tuple[torch.T
         if step < steps:
             dt = t_span[step + 1] - t
     return torch.stack(ts), torch.stack(dts)
+
+
+def batch_inputs(
+    cfm: nn.Module, layout: Layout, requests: list, rows: int, frames: int, cap: int, device: torch.device
+) -> SolveInputs:
+    """A batch's inputs, padded to `rows` takes of `frames` frames attending over `cap` context frames.
+
+    `requests` are `SolveRequest`s; padded rows have no frames and see nothing but themselves.
+    """
+    n, dtype = frames, requests[0].mu.dtype
+    x0 = torch.zeros(rows, 80, n, device=device, dtype=dtype)
+    mu, cond = torch.zeros_like(x0), torch.zeros_like(x0)
+    spks = torch.zeros(rows, 80, device=device, dtype=dtype)
+    start = torch.zeros(rows, dtype=torch.int64)
+    end = torch.zeros(rows, dtype=torch.int64)
+    keep = torch.zeros(rows, dtype=torch.int64)
+    mark = torch.zeros(rows, dtype=torch.int64)
+    noise = cfm.rand_noise
+    for b, request in enumerate(requests):
+        count = request.frames
+        if request.frame0 + count > noise.shape[2]:
+            raise ValueError(
+                f"flow input of {request.frame0 + count} mel frames is longer than the fixed noise buffer"
+            )
+        x0[b, :, :count] = noise[0, :, request.frame0 : request.frame0 + count].to(device=device, dtype=dtype)
+        mu[b, :, :count] = request.mu[0]
+        cond[b, :, :count] = request.cond[0]
+        spks[b] = request.spks[0].to(dtype)
+        start[b], end[b] = request.frame0, request.frame0 + count
+        keep[b] = request.commit - request.frame0
+        mark[b] = keep[b] if request.mark is None else request.mark - request.frame0
+    queries = start[:, None] + torch.arange(n)  # [rows, n] absolute frames
+    chunk = cfm.estimator.static_chunk_size
+    chunk_end = (torch.div(queries, chunk, rounding_mode="trunc") + 1) * chunk
+    limit = torch.minimum(chunk_end, torch.maximum(end[:, None], queries + 1))
+    visible = torch.arange(cap) < limit[:, :, None]  # [rows, n, cap]
+    bias = mask_to_bias(visible, dtype)[:, None].repeat_interleave(2, dim=0)
+    left = torch.arange(layout.left)
+    t, dt = euler_times(cfm, requests[0].steps, x0)
+    return SolveInputs(
+        x0,
+        mu,
+        cond,
+        spks,
+        to_device(bias, device),
+        to_device(queries.repeat_interleave(2, dim=0), device),
+        to_device((keep[:, None] + left).repeat_interleave(2, dim=0), device),
+        to_device((mark[:, None] + left).repeat_interleave(2, dim=0), device),
+        t,
+        dt,
+    )

@@ -25,6 +25,7 @@ exactly reusable frames (computed once per voice) instead of recomputing them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -208,6 +209,18 @@ def prompt_boundary(flow: nn.Module, prompt_tokens: int) -> int:
     return max(0, usable // commit_quantum(flow) * commit_quantum(flow))
 
 
+@dataclass
+class FlowStep:
+    """A `begin`-ed chunk: the solve to run (None when there are no new frames), then `complete` it."""
+
+    request: SolveRequest | None
+    frame0: int
+    mel: torch.Tensor | None = None  # the result when there is no solve
+    committed: list[int] = field(default_factory=list)
+    cache: object = None  # the PromptFlowCache to store into once complete (with `key`)
+    key: tuple | None = None
+
+
 class IncrementalFlow:
     """One streaming request's flow caches; `mel(tokens, finalize)` returns only the frames not yet cached."""
 
@@ -259,18 +272,39 @@ class IncrementalFlow:
         """(mel [1, 80, n] in the compute dtype, absolute frame index of its first column; prompt frames count).
 
         When not `finalize`, the last `pre_lookahead_len` tokens are lookahead only, as in the full path.
+        `begin` + the solve + `complete`, for callers that batch the solve themselves (`ChunkScheduler`).
         """
+        step = self.begin(tokens, finalize, n_timesteps)
+        if step.request is not None:
+            step.request.result = solver_for(self.flow.decoder).solve(step.request)
+        return self.complete(step)
+
+    @torch.inference_mode()
+    def begin(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> FlowStep:
+        """The encoder part of `mel`: its `FlowStep` holds the Euler solve still to run (None: no frames)."""
         key, cache = None, self.cache
         if cache is not None and not self.committed:  # first call: restore the prompt's state, or keep it
             self.cache = None  # consulted once per request: a restart recomputes
             key = cache.start(self, n_timesteps)
             self.mark = None if key is None else self.prompt_boundary()
-        result = self._advance(self.prompt_ids + [int(i) for i in tokens], finalize, n_timesteps)
-        if key is not None:
-            cache.store(key, self)
-        return result
+        step = self._advance(self.prompt_ids + [int(i) for i in tokens], finalize, n_timesteps)
+        step.cache, step.key = cache, key
+        return step
 
-    def _advance(self, ids: list[int], finalize: bool, n_timesteps: int) -> tuple[torch.Tensor, int]:
+    def complete(self, step: FlowStep) -> tuple[torch.Tensor, int]:
+        """Commit a `begin` whose solve has run (`step.request.result` set); (mel, first frame) as `mel`."""
+        mel = step.mel
+        if step.request is not None:
+            if step.request.error is not None:
+                raise step.request.error
+            mel = step.request.result
+            self.committed = step.committed
+            self.valid = True
+        if step.key is not None:
+            step.cache.store(step.key, self)
+        return mel, step.frame0
+
+    def _advance(self, ids: list[int], finalize: bool, n_timesteps: int) -> FlowStep:
         flow = self.flow
         lookahead = flow.pre_lookahead_len
         if not finalize and len(ids) <= lookahead:
@@ -283,12 +317,12 @@ class IncrementalFlow:
         ratio = flow.token_mel_ratio
         device = flow.input_embedding.weight.device
         if end <= start:
-            return torch.zeros(1, flow.output_size, 0, device=device), start * ratio
+            return FlowStep(None, start * ratio, torch.zeros(1, flow.output_size, 0, device=device))
         commit = start if finalize else max(start, end // self.quantum * self.quantum)
         mark, self.mark = self.mark, None
         if mark is not None and not start <= mark <= end:
             mark = None
-        self.valid = False
+        self.valid = False  # until `complete`: a solve that never finishes leaves the caches inconsistent
 
         dtype = flow.spk_embed_affine_layer.weight.dtype
         spks = flow.spk_embed_affine_layer(F.normalize(self.embedding.to(device).float(), dim=1).to(dtype))
@@ -315,15 +349,16 @@ class IncrementalFlow:
         if frame0 < prompt_frames:
             part = self.prompt_feat[:, frame0 : frame0 + frames].to(device=device, dtype=mu.dtype)
             cond[:, :, : part.shape[1]] = part.transpose(1, 2)
-        mel = self._sample(mu, spks, cond, frame0, commit * ratio, n_timesteps, mark and mark * ratio)
-        self.committed = ids[:commit]
-        self.valid = True
-        return mel, frame0
-
-    def _sample(self, mu, spks, cond, frame0: int, commit: int, n_timesteps: int, mark) -> torch.Tensor:
-        """`CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only,
-        batched with other takes' chunks by the flow's `EstimatorSolver`."""
+        # `CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only,
+        # batched with other takes' chunks by the flow's `EstimatorSolver`.
         request = SolveRequest(
-            self.estimator_state, mu, spks.to(mu.dtype), cond, frame0, commit, mark, n_timesteps
+            self.estimator_state,
+            mu,
+            spks.to(mu.dtype),
+            cond,
+            frame0,
+            commit * ratio,
+            mark and mark * ratio,
+            n_timesteps,
         )
-        return solver_for(self.flow.decoder).solve(request)
+        return FlowStep(request, frame0, committed=ids[:commit])

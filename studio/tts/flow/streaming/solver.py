@@ -29,14 +29,12 @@ from torch import nn
 
 from studio import envs
 from studio.tts.device.cuda_graphs import autocast_context, capture_graph
-from studio.tts.device.transfer import to_device
-from studio.tts.flow.masks import mask_to_bias
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
     SolveInputs,
     WorkArena,
-    euler_times,
+    batch_inputs,
     solve_batch,
 )
 
@@ -167,6 +165,15 @@ class EstimatorSolver:
                 self._busy = False
                 self._condition.notify_all()
 
+    def solve_many(self, requests: list[SolveRequest]) -> None:
+        """Solve these requests now, in as few batches as the budget allows (the `ChunkScheduler`'s tick).
+
+        Each request ends `done` with its `result` or its `error`; nothing waits for the GPU here, the
+        caller does (its next tick's host work overlaps this one's kernels).
+        """
+        with self.paused():
+            self._run_all(list(requests), wait=False)
+
     def queued(self) -> int:
         with self._condition:
             return len(self._queue)
@@ -178,7 +185,7 @@ class EstimatorSolver:
         return request.result
 
     @torch.inference_mode()
-    def _run_all(self, requests: list[SolveRequest]) -> None:
+    def _run_all(self, requests: list[SolveRequest], wait: bool = True) -> None:
         groups: dict[tuple, list[SolveRequest]] = {}
         for request in requests:
             groups.setdefault((request.mu.dtype, request.steps), []).append(request)
@@ -186,19 +193,31 @@ class EstimatorSolver:
             while group:
                 batch = self._plan(group)
                 del group[: len(batch.requests)]
-                try:
-                    self._run(batch)
-                except BaseException as exc:  # noqa: BLE001 - each waiting take gets the error
-                    for request in batch.requests:
-                        request.error = exc
-                finally:
-                    for request in batch.requests:
-                        request.done = True
-        if requests and requests[0].mu.is_cuda:
+                self._run_isolated(batch)
+        if wait and requests and requests[0].mu.is_cuda:
             # Stay the leader until the GPU has run the batch: the takes that queue meanwhile form the next
             # batch. Released at once, the leader would only enqueue kernels, and every take's chunk would
             # wait for the GPU alone, one after another. (Synchronising releases the interpreter lock.)
             torch.cuda.current_stream(requests[0].mu.device).synchronize()
+
+    def _run_isolated(self, batch: _Batch) -> None:
+        """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error.
+
+        A failed batch has written nothing back to the takes' states, so running them again is safe.
+        """
+        try:
+            self._run(batch)
+        except BaseException as exc:  # noqa: BLE001 - each take gets its own answer
+            if len(batch.requests) == 1 or not isinstance(exc, Exception):
+                for request in batch.requests:
+                    request.error = exc
+            else:
+                log.warning("flow: a batch of %d chunks failed; solving them one by one", len(batch.requests))
+                for request in batch.requests:
+                    self._run_isolated(self._plan([request]))
+        finally:
+            for request in batch.requests:
+                request.done = True
 
     def _budget(self, device: torch.device) -> int:
         if self.budget_bytes is not None:
@@ -264,7 +283,7 @@ class EstimatorSolver:
             arena = self._allocate(batch, 2 * batch.rows, batch.cap, device)
         else:
             arena = self._arena_for(batch, device)
-        io = self._inputs(batch, device)
+        io = batch_inputs(self.cfm, self.layout, batch.requests, batch.rows, batch.frames, batch.cap, device)
         output = None
         if self.graphs and device.type == "cuda" and not batch.oversize:
             try:
@@ -307,53 +326,6 @@ class EstimatorSolver:
             torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
             torch.zeros(tails, device=device),
             torch.zeros(tails, device=device),
-        )
-
-    def _inputs(self, batch: _Batch, device: torch.device) -> SolveInputs:
-        """The batch's inputs, padded to its bucket (padded rows: no frames, nothing visible but themselves)."""
-        rows, n, dtype = batch.rows, batch.frames, batch.dtype
-        x0 = torch.zeros(rows, 80, n, device=device, dtype=dtype)
-        mu, cond = torch.zeros_like(x0), torch.zeros_like(x0)
-        spks = torch.zeros(rows, 80, device=device, dtype=dtype)
-        start = torch.zeros(rows, dtype=torch.int64)
-        end = torch.zeros(rows, dtype=torch.int64)
-        keep = torch.zeros(rows, dtype=torch.int64)
-        mark = torch.zeros(rows, dtype=torch.int64)
-        noise = self.cfm.rand_noise
-        for b, request in enumerate(batch.requests):
-            frames = request.frames
-            if request.frame0 + frames > noise.shape[2]:
-                raise ValueError(
-                    f"flow input of {request.frame0 + frames} mel frames is longer than the fixed noise buffer"
-                )
-            x0[b, :, :frames] = noise[0, :, request.frame0 : request.frame0 + frames].to(
-                device=device, dtype=dtype
-            )
-            mu[b, :, :frames] = request.mu[0]
-            cond[b, :, :frames] = request.cond[0]
-            spks[b] = request.spks[0].to(dtype)
-            start[b], end[b] = request.frame0, request.frame0 + frames
-            keep[b] = request.commit - request.frame0
-            mark[b] = keep[b] if request.mark is None else request.mark - request.frame0
-        queries = start[:, None] + torch.arange(n)  # [rows, n] absolute frames
-        chunk = self.estimator.static_chunk_size
-        chunk_end = (torch.div(queries, chunk, rounding_mode="trunc") + 1) * chunk
-        limit = torch.minimum(chunk_end, torch.maximum(end[:, None], queries + 1))
-        visible = torch.arange(batch.cap) < limit[:, :, None]  # [rows, n, cap]
-        bias = mask_to_bias(visible, dtype)[:, None].repeat_interleave(2, dim=0)
-        left = torch.arange(self.layout.left)
-        t, dt = euler_times(self.cfm, batch.steps, x0)
-        return SolveInputs(
-            x0,
-            mu,
-            cond,
-            spks,
-            to_device(bias, device),
-            to_device(queries.repeat_interleave(2, dim=0), device),
-            to_device((keep[:, None] + left).repeat_interleave(2, dim=0), device),
-            to_device((mark[:, None] + left).repeat_interleave(2, dim=0), device),
-            t,
-            dt,
         )
 
     def _copy_in(self, batch: _Batch, arena: WorkArena) -> None:

@@ -1,0 +1,262 @@
+"""One thread for the GPU work of every streamed chunk: flow encoder, batched Euler solve, HiFT.
+
+Without it each take's thread ran its own chunk: its encoder and HiFT launched kernels beside the other
+takes' (all on one CUDA stream, so each take's host wait sat behind everyone's kernels), and its Euler
+solve joined whatever batch the solver happened to be running. `ChunkScheduler` is the flow's one
+worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`) and waits; each tick
+
+1. takes the queued chunks, most urgent first (earliest deadline: a take's first chunk is due when it is
+   asked for, a later one when the audio handed out so far would have played; ties in arrival order), at
+   most `max_jobs` of them;
+2. runs their encoders while the GPU still works on the previous tick;
+3. hands over the previous tick's audio once the GPU is done with it;
+4. solves all of the new chunks' Euler steps in as few batches as the solver's budget allows, then runs
+   their HiFT and starts the copies of their audio to the host, and does not wait for them.
+
+It never waits while a chunk is queued and the GPU is idle. A chunk whose take is cancelled while it
+waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
+tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from studio import envs
+from studio.tts.flow.streaming.incremental import FlowStep
+from studio.tts.flow.streaming.solver import solver_for
+
+log = logging.getLogger(__name__)
+
+CANCEL_POLL_SECONDS = 0.02
+GPU_POLL_SECONDS = 0.0005
+
+
+class ChunkCancelled(Exception):
+    """The take was cancelled while its chunk waited for the scheduler."""
+
+
+@dataclass
+class ChunkJob:
+    """One take's chunk on its way through the scheduler."""
+
+    stream: object  # the take's Token2WavStream
+    tokens: list[int]
+    finalize: bool
+    deadline: float
+    seq: int
+    submitted: float
+    done: threading.Event = field(default_factory=threading.Event)
+    step: FlowStep | None = None
+    speech: torch.Tensor | None = None  # on the host once done
+    hift_seconds: float = 0.0
+    error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+@dataclass
+class _Tick:
+    jobs: list[ChunkJob]
+    event: torch.cuda.Event | None  # recorded after the tick's last copy to the host (CUDA only)
+
+    def ready(self) -> bool:
+        return self.event is None or self.event.query()
+
+
+class ChunkScheduler:
+    """Runs the streamed chunks of all takes of one flow (and its HiFT) on one thread, see the module."""
+
+    def __init__(self, flow: torch.nn.Module, max_jobs: int | None = None):
+        self.flow = flow
+        self.max_jobs = int(max_jobs or envs.FLOW_MAX_BATCH.count() or 16)
+        if self.max_jobs < 1:
+            raise ValueError(f"{envs.FLOW_MAX_BATCH.name} must be at least 1")
+        self._queue: list[ChunkJob] = []
+        self._condition = threading.Condition()
+        self._seq = itertools.count()
+        self._paused = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.ticks = 0  # ticks run, and chunks served (batching shows as jobs > ticks)
+        self.jobs = 0
+        self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
+
+    # -- the take's side --------------------------------------------------------------------------
+    def render(self, stream, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, float, float]:
+        """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches)."""
+        now = time.monotonic()
+        job = ChunkJob(stream, list(tokens), finalize, stream.deadline(now), next(self._seq), now)
+        with self._condition:
+            if self._closed:
+                raise RuntimeError("the chunk scheduler was closed")
+            self._queue.append(job)
+            self._start()
+            self._condition.notify_all()
+        cancel = getattr(stream, "cancel", None)
+        while not job.done.wait(CANCEL_POLL_SECONDS):
+            if cancel is not None and cancel.is_set() and self._withdraw(job):
+                raise ChunkCancelled("the take was cancelled")
+        if job.error is not None:
+            raise job.error
+        took = time.monotonic() - job.submitted
+        return job.speech, took - job.hift_seconds, job.hift_seconds
+
+    def _withdraw(self, job: ChunkJob) -> bool:
+        with self._condition:
+            if job in self._queue:
+                self._queue.remove(job)
+                return True
+        return False
+
+    def queued(self) -> int:
+        with self._condition:
+            return len(self._queue)
+
+    @contextmanager
+    def paused(self):
+        """Take no new chunk until the block ends (what queues meanwhile then goes by urgency)."""
+        with self._condition:
+            self._paused += 1
+        try:
+            yield self
+        finally:
+            with self._condition:
+                self._paused -= 1
+                self._condition.notify_all()
+
+    def close(self) -> None:
+        """Stop the thread once the queue is empty (new chunks are refused)."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # -- the scheduler's thread -------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="flow-scheduler", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        inflight: _Tick | None = None
+        while True:
+            with self._condition:
+                while inflight is None and not self._takeable() and not self._closed:
+                    self._condition.wait()
+                while inflight is not None and not self._takeable() and not inflight.ready():
+                    self._condition.wait(GPU_POLL_SECONDS)  # the GPU works; a new chunk may come
+                if inflight is None and self._closed and not self._queue:
+                    return
+                jobs = self._pick() if self._takeable() else []
+            try:
+                begun = []
+                for job in jobs:
+                    if inflight is not None and inflight.ready():  # hand out finished audio at once
+                        inflight = self._deliver(inflight)
+                    if self._begin(job):
+                        begun.append(job)
+                if inflight is not None:
+                    inflight = self._deliver(inflight)
+                if begun:
+                    inflight = self._launch(begun)
+            except BaseException as exc:  # noqa: BLE001 - no take may wait forever; the thread goes on
+                log.exception("flow scheduler: a tick failed")
+                for job in jobs + ([] if inflight is None else inflight.jobs):
+                    if not job.done.is_set():
+                        job.fail(exc)
+                inflight = None
+
+    def _takeable(self) -> bool:
+        return bool(self._queue) and not self._paused
+
+    def _pick(self) -> list[ChunkJob]:
+        """The most urgent queued chunks (earliest deadline, then arrival), at most `max_jobs`."""
+        self._queue.sort(key=lambda job: (job.deadline, job.seq))
+        jobs, self._queue = self._queue[: self.max_jobs], self._queue[self.max_jobs :]
+        self.order.extend(job.seq for job in jobs)
+        return jobs
+
+    @torch.inference_mode()
+    def _begin(self, job: ChunkJob) -> bool:
+        """The chunk's encoder; False when it failed (only its own take gets the error)."""
+        try:
+            job.step = job.stream.flow_begin(job.tokens, job.finalize)
+            return True
+        except Exception as exc:  # noqa: BLE001 - this chunk's take gets it
+            job.fail(exc)
+            return False
+
+    @torch.inference_mode()
+    def _launch(self, jobs: list[ChunkJob]) -> _Tick:
+        """Solve the chunks (batched per precision), then their HiFT and copies to the host; no wait."""
+        groups: dict[bool, list] = {}
+        for job in jobs:
+            if job.step.request is not None:
+                groups.setdefault(job.stream.fp16, []).append(job)
+        solver = solver_for(self.flow.decoder)
+        for group in groups.values():
+            with group[0].stream._autocast():
+                solver.solve_many([job.step.request for job in group])
+        device = None
+        for job in jobs:
+            try:
+                mel = job.stream.flow_end(job.step)
+                started = time.monotonic()
+                speech = job.stream.vocode(mel, job.finalize)
+                job.hift_seconds = time.monotonic() - started
+                if speech.is_cuda:
+                    device = speech.device
+                    host = torch.empty(speech.shape, dtype=speech.dtype, pin_memory=True)
+                    job.speech = host.copy_(speech, non_blocking=True)
+                else:
+                    job.speech = speech
+            except Exception as exc:  # noqa: BLE001 - this chunk's take gets it
+                job.fail(exc)
+        event = None
+        if device is not None:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(device))
+        self.ticks += 1
+        self.jobs += len(jobs)
+        return _Tick([job for job in jobs if not job.done.is_set()], event)
+
+    @staticmethod
+    def _deliver(tick: _Tick) -> None:
+        """Wake the tick's takes once the GPU has finished it (None: nothing is in flight any more)."""
+        if tick.event is not None:
+            tick.event.synchronize()  # releases the interpreter lock while the GPU finishes
+        for job in tick.jobs:
+            job.done.set()
+
+
+_schedulers_lock = threading.Lock()
+
+
+def scheduler_for(flow: torch.nn.Module) -> ChunkScheduler:
+    """The flow's one scheduler, made on first use."""
+    with _schedulers_lock:
+        scheduler = getattr(flow, "_chunk_scheduler", None)
+        if scheduler is None or scheduler._closed:
+            scheduler = ChunkScheduler(flow)
+            flow._chunk_scheduler = scheduler
+        return scheduler
+
+
+def scheduler_stats(flow: torch.nn.Module) -> dict[str, int]:
+    """Ticks and chunks of the flow's scheduler; zeros before its first use."""
+    scheduler = getattr(flow, "_chunk_scheduler", None)
+    if scheduler is None:
+        return {"ticks": 0, "jobs": 0}
+    return {"ticks": scheduler.ticks, "jobs": scheduler.jobs}

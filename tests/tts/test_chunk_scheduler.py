@@ -1,0 +1,240 @@
+"""The flow's chunk scheduler: batched takes equal takes run alone, most urgent first, cancel, failures.
+
+Real flow and HiFT modules (small ones) and real `Token2WavStream`s; `ChunkScheduler.paused()` holds the
+scheduler while several takes queue a chunk each, so the test decides what one tick sees.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from studio.tts.chunk_scheduler import ChunkCancelled, ChunkScheduler
+from studio.tts.flow.cfm import NOISE_FRAMES
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
+from studio.tts.token2wav import Token2WavStream
+from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
+
+TAKES = [(7, 80, 1), (25, 70, 2), (13, 60, 3)]  # prompt tokens, speech tokens, seed
+
+
+def make_stream(flow, hift, prompt_tokens: int, seed: int, scheduled: bool, **options) -> Token2WavStream:
+    return Token2WavStream(
+        flow,
+        hift,
+        **prompt(prompt_tokens, seed),
+        streaming=True,
+        generator=torch.Generator().manual_seed(seed),
+        incremental=True,
+        prompt_cache=False,
+        scheduled=scheduled,
+        **options,
+    )
+
+
+def calls(stream: Token2WavStream, n_tokens: int):
+    """The chunk calls a take makes once all its tokens are there: (tokens, finalize) each."""
+    while stream.ready(n_tokens):
+        yield stream.tokens_needed(), False
+    yield n_tokens, True
+
+
+def run_alone(flow, hift) -> tuple[list[torch.Tensor], list[list[tuple[int, bool]]]]:
+    """Each take's whole speech rendered without the scheduler, and the chunk calls it made."""
+    speech, made = [], []
+    for prompt_tokens, n_tokens, seed in TAKES:
+        stream = make_stream(flow, hift, prompt_tokens, seed, scheduled=False)
+        tokens, parts = speech_tokens(n_tokens, seed), []
+        made.append([])
+        for end, final in calls(stream, n_tokens):  # lazily: each call moves the stream on
+            made[-1].append((end, final))
+            parts.append(stream.finish(tokens)[0] if final else stream.chunk(tokens[:end])[0])
+        speech.append(torch.cat(parts, dim=1))
+    return speech, made
+
+
+@pytest.fixture
+def scheduler(modules, monkeypatch):  # noqa: F811
+    """A fresh scheduler for the test's flow, in place of the flow's own."""
+    flow, _ = modules
+    made = ChunkScheduler(flow)
+    monkeypatch.setattr("studio.tts.token2wav.scheduler_for", lambda _flow: made)
+    yield made
+    made.close()
+
+
+def queue_round(scheduler: ChunkScheduler, work: list, expect: int | None = None) -> list[BaseException]:
+    """Start one thread per callable while the scheduler is paused; release it once all have queued."""
+    errors: list[BaseException] = []
+
+    def guarded(fn) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reads them
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(fn,)) for fn in work]
+    with scheduler.paused():
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while scheduler.queued() < (len(work) if expect is None else expect) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors
+
+
+def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler):  # noqa: F811
+    flow, hift = modules
+    alone, pending = run_alone(flow, hift)
+    streams = [make_stream(flow, hift, p, seed, scheduled=True) for p, _, seed in TAKES]
+    tokens = [speech_tokens(n, seed) for _, n, seed in TAKES]
+    parts: list[list[torch.Tensor]] = [[] for _ in TAKES]
+    for round_ in range(max(len(p) for p in pending)):
+
+        def work(i: int, round_: int = round_) -> None:
+            end, final = pending[i][round_]
+            stream = streams[i]
+            out = stream.finish(tokens[i]) if final else stream.chunk(tokens[i][:end])
+            parts[i].append(out[0])
+
+        running = [i for i in range(len(TAKES)) if round_ < len(pending[i])]
+        assert not queue_round(scheduler, [lambda i=i: work(i) for i in running])
+    assert scheduler.jobs == sum(len(p) for p in pending)
+    assert scheduler.ticks < scheduler.jobs  # rounds of several takes ran as one tick
+    for ours, theirs in zip(parts, alone, strict=True):
+        joined = torch.cat(ours, dim=1)
+        assert joined.device.type == "cpu" and joined.shape == theirs.shape
+        assert relative_error(joined, theirs) < 1e-5
+
+
+def test_the_most_urgent_chunk_goes_first_and_ties_go_in_arrival_order(modules, scheduler):  # noqa: F811
+    """A new take's first chunk is due now; a later chunk is due when its take's audio would run out."""
+    flow, hift = modules
+    scheduler.max_jobs = 1  # one chunk per tick: the order is the scheduler's choice alone
+    now = time.monotonic()
+    playing_long = make_stream(flow, hift, 7, 1, scheduled=True)  # 10 s of audio still to play
+    playing_long._first_out, playing_long._audio_out = now, 10.0
+    running_dry = make_stream(flow, hift, 13, 2, scheduled=True)  # 0.5 s left
+    running_dry._first_out, running_dry._audio_out = now - 5.0, 5.5
+    new_a, new_b = (make_stream(flow, hift, 25, seed, scheduled=True) for seed in (3, 4))
+    tokens = speech_tokens(40, 9)
+    order = [playing_long, running_dry, new_a, new_b]  # the order they ask
+    seq0 = next(scheduler._seq) + 1
+    started = []
+
+    def ask(stream: Token2WavStream) -> None:
+        stream.chunk(tokens[: stream.tokens_needed()])
+
+    errors: list[BaseException] = []
+    threads = []
+    with scheduler.paused():
+        for stream in order:  # one at a time, so arrival order is known
+            thread = threading.Thread(target=lambda s=stream: errors.extend(_catch(ask, s)))
+            thread.start()
+            threads.append(thread)
+            started.append(stream)
+            while scheduler.queued() < len(started):
+                time.sleep(0.002)
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    taken = [seq - seq0 for seq in list(scheduler.order)[-4:]]
+    # new_a and new_b are due when they asked (now + a little), running_dry at now + 0.5 s, playing_long at
+    # now + 10 s; new_a asked before new_b
+    assert taken == [2, 3, 1, 0]
+
+
+def _catch(fn, *args) -> list[BaseException]:
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - returned to the test
+        return [exc]
+    return []
+
+
+def test_a_cancelled_take_leaves_the_queue_and_the_others_are_served(modules, scheduler):  # noqa: F811
+    flow, hift = modules
+    cancel = threading.Event()
+    leaving = make_stream(flow, hift, 7, 1, scheduled=True, cancel=cancel)
+    staying = make_stream(flow, hift, 13, 2, scheduled=True)
+    tokens = speech_tokens(40, 9)
+    outcome: dict[str, object] = {}
+
+    def ask(name: str, stream: Token2WavStream) -> None:
+        try:
+            outcome[name] = stream.chunk(tokens[: stream.tokens_needed()])[0]
+        except ChunkCancelled as exc:
+            outcome[name] = exc
+
+    with scheduler.paused():
+        threads = [
+            threading.Thread(target=ask, args=item) for item in (("leaving", leaving), ("staying", staying))
+        ]
+        for thread in threads:
+            thread.start()
+        while scheduler.queued() < 2:
+            time.sleep(0.002)
+        cancel.set()
+        threads[0].join(timeout=5)  # it returns while the scheduler is still paused
+        assert isinstance(outcome.get("leaving"), ChunkCancelled)
+        assert scheduler.queued() == 1
+    threads[1].join(timeout=120)
+    assert isinstance(outcome["staying"], torch.Tensor) and outcome["staying"].shape[1] > 0
+    assert scheduler.jobs == 1  # the cancelled chunk never ran
+    assert leaving.token_offset == 0  # and its take is where it was
+
+
+def test_a_failing_chunk_fails_its_take_only(modules, scheduler):  # noqa: F811
+    flow, hift = modules
+    alone, _ = run_alone(flow, hift)
+    streams = [make_stream(flow, hift, p, seed, scheduled=True) for p, _, seed in TAKES]
+    tokens = [speech_tokens(n, seed) for _, n, seed in TAKES]
+    bad = make_stream(flow, hift, 9, 7, scheduled=True)
+    bad_tokens = speech_tokens(40, 7)
+    bad_tokens[5] = 10**6  # no such speech token: its encoder fails
+    results: dict[int, torch.Tensor] = {}
+
+    def whole_take(i: int) -> None:
+        stream, parts = streams[i], []
+        for end, final in calls(stream, len(tokens[i])):
+            parts.append((stream.finish(tokens[i]) if final else stream.chunk(tokens[i][:end]))[0])
+        results[i] = torch.cat(parts, dim=1)
+
+    def failing_take() -> None:
+        bad.chunk(bad_tokens[: bad.tokens_needed()])
+
+    work = [lambda i=i: whole_take(i) for i in range(len(TAKES))] + [failing_take]
+    errors = queue_round(scheduler, work)
+    assert len(errors) == 1 and isinstance(errors[0], IndexError)
+    for i, theirs in enumerate(alone):
+        assert relative_error(results[i], theirs) < 1e-5
+
+
+def test_a_failed_batch_is_solved_again_one_by_one(modules):  # noqa: F811
+    """One request in a batch that cannot run gets the error; the others in the batch get their result."""
+    flow, _ = modules
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    beyond = NOISE_FRAMES - 10  # its 40 frames run past the fixed noise buffer
+    g = torch.Generator().manual_seed(4)
+
+    def request(frame0: int) -> SolveRequest:
+        mu = torch.randn(1, 80, 40, generator=g)
+        return SolveRequest(
+            EstimatorState(length=frame0), mu, torch.randn(1, 80, generator=g), torch.zeros(1, 80, 40),
+            frame0=frame0, commit=frame0, mark=None, steps=10,
+        )  # fmt: skip
+
+    good, bad, other = request(0), request(beyond), request(0)
+    solver.solve_many([good, bad, other])
+    assert all(r.done for r in (good, bad, other))
+    assert isinstance(bad.error, ValueError) and "noise buffer" in str(bad.error)
+    for ok in (good, other):
+        assert ok.error is None
+        alone = solver.solve(SolveRequest(EstimatorState(), ok.mu, ok.spks, ok.cond, 0, 0, None, 10))
+        assert relative_error(ok.result, alone) < 1e-5
