@@ -232,8 +232,7 @@ class ChunkScheduler:
         self.jobs += len(jobs)
         return _Tick([job for job in jobs if not job.done.is_set()], event)
 
-    @staticmethod
-    def _deliver(tick: _Tick) -> None:
+    def _deliver(self, tick: _Tick) -> None:
         """Wake the tick's takes once the GPU has finished it (None: nothing is in flight any more)."""
         if tick.event is not None:
             tick.event.synchronize()  # releases the interpreter lock while the GPU finishes
