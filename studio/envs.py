@@ -106,7 +106,7 @@ FLOW_SCHEDULER = _define(
     speed=True,
 )
 FLOW_MAX_BATCH = _define(
-    "STUDIO_FLOW_MAX_BATCH", "16", "most takes whose flow chunks are solved as one batch", speed=True
+    "STUDIO_FLOW_MAX_BATCH", "32", "most takes whose flow chunks are solved as one batch", speed=True
 )
 FLOW_BATCH_MB = _define(
     "STUDIO_FLOW_BATCH_MB",

@@ -32,7 +32,7 @@ import torch
 
 from studio import envs
 from studio.tts.flow.streaming.incremental import FlowStep
-from studio.tts.flow.streaming.solver import solver_for
+from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH, solver_for
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ChunkScheduler:
 
     def __init__(self, flow: torch.nn.Module, max_jobs: int | None = None):
         self.flow = flow
-        self.max_jobs = int(max_jobs or envs.FLOW_MAX_BATCH.count() or 16)
+        self.max_jobs = int(max_jobs or envs.FLOW_MAX_BATCH.count() or DEFAULT_MAX_BATCH)
         if self.max_jobs < 1:
             raise ValueError(f"{envs.FLOW_MAX_BATCH.name} must be at least 1")
         self._queue: list[ChunkJob] = []

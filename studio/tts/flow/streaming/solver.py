@@ -40,6 +40,9 @@ from studio.tts.flow.streaming.batched_solve import (
 
 log = logging.getLogger(__name__)
 
+# Takes per solve: on the H200 at 64 streams 32 gave 43.5 audio-s/s against 38.6 for 16 (benchmarks/README.md)
+DEFAULT_MAX_BATCH = 32
+
 
 @dataclass
 class SolveRequest:
@@ -99,7 +102,7 @@ class _Batch:
 class EstimatorSolver:
     """Runs `SolveRequest`s of concurrent takes in batches (flat combining), with CUDA graphs on CUDA.
 
-    `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 16); the work arena's
+    `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 32); the work arena's
     key/value storage is kept under `budget_bytes` (``$STUDIO_FLOW_BATCH_MB``; default a fifth of the GPU's
     memory, 1 GB on CPU) by splitting batches; a single request larger than that runs on a temporary arena.
     """
@@ -112,7 +115,7 @@ class EstimatorSolver:
         self.layout = Layout(self.estimator)
         self.wants_graphs = self.graphs = graphs  # `graphs` turns False if a capture ever fails
         self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
-        self.max_batch = int(max_batch or _env_number(envs.FLOW_MAX_BATCH, 16))
+        self.max_batch = int(max_batch or _env_number(envs.FLOW_MAX_BATCH, DEFAULT_MAX_BATCH))
         if self.max_batch < 1:
             raise ValueError(f"{envs.FLOW_MAX_BATCH.name} must be at least 1")
         self.budget_bytes = budget_bytes
