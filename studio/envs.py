@@ -100,7 +100,7 @@ FIRST_HOP_TOKENS = _define(
 )
 FLOW_SCHEDULER = _define(
     "STUDIO_FLOW_SCHEDULER",
-    "1",
+    "1 on CUDA, 0 on CPU",
     "streaming: one thread runs every take's flow and HiFT chunks, most urgent first, in batches "
     "(0: each take runs its own and joins the solver's batch)",
     speed=True,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU proof on the lent H200 (device tool), in three calls on one warm machine, after the four
-# part-copy calls that ../shared/gpu/stage-vllm describes (carry .gpu/c1 .. .gpu/c4 one per call):
+# part-copy calls that ../shared/gpu/stage-vllm describes (carry .gpu/c1 .. .gpu/c4 one per call; since
+# stop 13 the tracked tree is ~5 MB, so the wheel is cut in five 50-MiB parts .gpu/d1 .. d5 instead,
+# `cp .gpu/dK/q* /root/vl/`, and .gpu/c5/install-on-gpu joins q0..q4):
 #   A  carry [".gpu/c5", ".whl"]: install vLLM 0.22.0 + the studio's missing wheels, build the
 #      full-size random model, run tests/vllm (the CI checks) and the LLM-alone benchmark
 #   B  cosyvoice-studio bench, vLLM backend, 1/4/16/32 streams
@@ -55,6 +57,17 @@ S2)  # same warm machine: the same levels with the scheduler off (each take runs
 S3)  # same warm machine: the 24 GiB budget at 16 and 32 streams, then vLLM's engine core in this process
   budget_bench scheduler-budget24-c16-32 300 --concurrency 16,32 --vram-budget 24
   VLLM_ENABLE_V1_MULTIPROCESSING=0 budget_bench scheduler-inproc-c1-16 250 --concurrency 1,16
+  ;;
+S4)  # stop 13, second machine start, after the five part-copy calls: install, the scheduler's audio against the
+     # takes' own threads on CUDA, the GPU checks of CI, then the final defaults (32 chunks per tick) at 1-64
+  install
+  timeout 120 python3 scripts/gpu/scheduler_check.py --model /tmp/full --json "$out/scheduler-check.json" \
+    >"$out/scheduler-check.log" 2>&1
+  grep -E "^(PASS|FAIL|\{)|rror" "$out/scheduler-check.log" | cut -c1-220
+  timeout 120 python3 -m pytest tests/tts/test_chunk_scheduler.py tests/tts/test_prompt_flow_cache.py -q \
+    -p no:cacheprovider >"$out/pytest-gpu.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-gpu.log" | tail -6
+  budget_bench final-c1-16-32-64 300 --warmup-rounds 2 --concurrency 1,16,32,64
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens

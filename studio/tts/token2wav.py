@@ -109,8 +109,9 @@ class Token2WavStream:
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float().to(self.device)
         self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
         self._audio_out = 0.0  # seconds of audio handed out so far
-        if self.scheduled is None:
-            self.scheduled = envs.FLOW_SCHEDULER.enabled()
+        if self.scheduled is None:  # on a CPU the takes' own threads use its cores better (benchmarks/)
+            asked = envs.FLOW_SCHEDULER.raw()
+            self.scheduled = self.device.type == "cuda" if asked is None else asked != "0"
         self._incremental = None
         if self.incremental is None:
             self.incremental = _incremental_default()

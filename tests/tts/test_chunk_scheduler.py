@@ -238,3 +238,58 @@ def test_a_failed_batch_is_solved_again_one_by_one(modules):  # noqa: F811
         assert ok.error is None
         alone = solver.solve(SolveRequest(EstimatorState(), ok.mu, ok.spks, ok.cond, 0, 0, None, 10))
         assert relative_error(ok.result, alone) < 1e-5
+
+
+# -- through CosyVoice2.synthesize (the tiny model folder) ------------------------------------------------
+def _take(cosyvoice, prompt_wav, **extra) -> list[dict]:
+    from studio.tts.synthesis import SynthesisSpec
+
+    spec = SynthesisSpec(text="Scheduled.", prompt_wav=prompt_wav, prompt_text="A prompt.", stream=True,
+                         exact_speech_tokens=80, text_frontend=False, seed=3, **extra)  # fmt: skip
+    return list(cosyvoice.synthesize(spec))
+
+
+def test_a_streamed_take_through_the_scheduler_equals_one_without(tiny_cosyvoice, prompt_wav16k, monkeypatch):
+    from studio.tts.chunk_scheduler import scheduler_stats
+
+    flow = tiny_cosyvoice.model.flow
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "0")
+    before = scheduler_stats(flow)["jobs"]
+    own = _take(tiny_cosyvoice, prompt_wav16k)
+    assert scheduler_stats(flow)["jobs"] == before
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
+    scheduled = _take(tiny_cosyvoice, prompt_wav16k)
+    assert scheduler_stats(flow)["jobs"] == before + len(scheduled) >= before + 3
+    assert [c["tts_speech"].shape for c in scheduled] == [c["tts_speech"].shape for c in own]
+    joined = torch.cat([c["tts_speech"] for c in scheduled], dim=1)
+    assert relative_error(joined, torch.cat([c["tts_speech"] for c in own], dim=1)) < 1e-5
+
+
+def test_cancelling_a_take_whose_chunk_waits_ends_it_without_an_error(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    from studio.tts.chunk_scheduler import scheduler_for
+
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
+    scheduler = scheduler_for(tiny_cosyvoice.model.flow)
+    cancel = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def take() -> None:
+        try:
+            outcome["chunks"] = _take(tiny_cosyvoice, prompt_wav16k, cancel=cancel)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=take)
+    with scheduler.paused():
+        thread.start()
+        deadline = time.monotonic() + 60
+        while scheduler.queued() < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert scheduler.queued() == 1
+        cancel.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive()  # it ended while the scheduler was still held
+    assert "error" not in outcome and outcome["chunks"] == []
+    assert scheduler.queued() == 0

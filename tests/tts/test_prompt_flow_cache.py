@@ -219,7 +219,10 @@ def test_tiny_model_folder_same_voice_twice(tiny_cosyvoice):
     cache = PromptFlowCache(LOTS)
     plain = run(flow, hift, inputs, tokens, cache=False, speed=1.5)
     run(flow, hift, inputs, speech_tokens(40, seed=41), cache=cache, speed=1.5)
-    assert_same(run(flow, hift, inputs, tokens, cache=cache, speed=1.5), plain)
+    # On CUDA the two takes solve different padded shapes and cuDNN's convolutions run in TF32 by default:
+    # the H200 measured 2.7e-4 between them, so the GPU gets the fp16-level tolerance.
+    on_gpu = next(flow.parameters()).is_cuda
+    assert_same(run(flow, hift, inputs, tokens, cache=cache, speed=1.5), plain, 1e-3 if on_gpu else TOLERANCE)
     assert cache.stats()["hits"] == 1
 
 
