@@ -262,7 +262,9 @@ def test_a_streamed_take_through_the_scheduler_equals_one_without(tiny_cosyvoice
     assert scheduler_stats(flow)["jobs"] == before + len(scheduled) >= before + 3
     assert [c["tts_speech"].shape for c in scheduled] == [c["tts_speech"].shape for c in own]
     joined = torch.cat([c["tts_speech"] for c in scheduled], dim=1)
-    assert relative_error(joined, torch.cat([c["tts_speech"] for c in own], dim=1)) < 1e-5
+    # on CUDA another thread's cuBLAS handle may pick other kernels: the H200 measured 1.4e-5
+    tolerance = 1e-4 if next(flow.parameters()).is_cuda else 1e-5
+    assert relative_error(joined, torch.cat([c["tts_speech"] for c in own], dim=1)) < tolerance
 
 
 def test_cancelling_a_take_whose_chunk_waits_ends_it_without_an_error(
