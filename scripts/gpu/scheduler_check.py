@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from flow_solver_check import relative  # this script's folder is on sys.path when it runs
 
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
 from studio.tts.chunk_scheduler import scheduler_stats
@@ -69,12 +70,6 @@ def run(flow, hift, scheduled: bool, at_once: bool, fp16: bool) -> tuple[list[to
         for i in range(TAKES):
             out[i] = render(flow, hift, 100 + i, scheduled, fp16)
     return out, time.perf_counter() - started
-
-
-def relative(ours: list, theirs: list) -> float:
-    return max(
-        float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(ours, theirs, strict=True)
-    )
 
 
 def main() -> int:

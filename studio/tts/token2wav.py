@@ -9,7 +9,9 @@ Streaming renders each chunk incrementally (`IncrementalFlow`: only the new fram
 context) instead of upstream's re-run of the flow over the whole token prefix; both give the same mel.
 ``incremental=None`` (the default) follows ``STUDIO_INCREMENTAL_FLOW`` (``0``: full-prefix path, else
 incremental). The incremental step's Euler solve runs in the flow's `EstimatorSolver`: batched with the
-chunks of other takes rendering at the same moment, and replayed as CUDA graphs on a GPU.
+chunks of other takes rendering at the same moment, and replayed as CUDA graphs on a GPU. On a GPU every
+chunk (encoder, solve, HiFT) is run by the flow's `ChunkScheduler` thread instead of the take's own
+(``STUDIO_FLOW_SCHEDULER``; off on a CPU, where the takes' threads use the cores better).
 It starts from the prompt's cached flow state when an earlier request used the same voice
 (`PromptFlowCache`; ``prompt_cache=True``, the default, uses the process-wide one sized by
 ``STUDIO_PROMPT_CACHE_MB``, 0 disables it).
@@ -88,9 +90,7 @@ class Token2WavStream:
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
-    scheduled: bool | None = (
-        None  # incremental: chunks run by the flow's ChunkScheduler (None: environment's)
-    )
+    scheduled: bool | None = None  # incremental: the flow's ChunkScheduler runs its chunks (None: see below)
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ from studio.tts.flow.cfm import NOISE_FRAMES
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
 from studio.tts.token2wav import Token2WavStream
+from tests.tts.concurrency import queue_while_paused
 from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
 
 TAKES = [(7, 80, 1), (25, 70, 2), (13, 60, 3)]  # prompt tokens, speech tokens, seed
@@ -67,28 +68,6 @@ def scheduler(modules, monkeypatch):  # noqa: F811
     made.close()
 
 
-def queue_round(scheduler: ChunkScheduler, work: list, expect: int | None = None) -> list[BaseException]:
-    """Start one thread per callable while the scheduler is paused; release it once all have queued."""
-    errors: list[BaseException] = []
-
-    def guarded(fn) -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - the test reads them
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(fn,)) for fn in work]
-    with scheduler.paused():
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 60
-        while scheduler.queued() < (len(work) if expect is None else expect) and time.monotonic() < deadline:
-            time.sleep(0.005)
-    for thread in threads:
-        thread.join(timeout=120)
-    return errors
-
-
 def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler):  # noqa: F811
     flow, hift = modules
     alone, pending = run_alone(flow, hift)
@@ -104,7 +83,7 @@ def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler
             parts[i].append(out[0])
 
         running = [i for i in range(len(TAKES)) if round_ < len(pending[i])]
-        assert not queue_round(scheduler, [lambda i=i: work(i) for i in running])
+        assert not queue_while_paused(scheduler, [lambda i=i: work(i) for i in running])
     assert scheduler.jobs == sum(len(p) for p in pending)
     assert scheduler.ticks < scheduler.jobs  # rounds of several takes ran as one tick
     for ours, theirs in zip(parts, alone, strict=True):
@@ -210,7 +189,7 @@ def test_a_failing_chunk_fails_its_take_only(modules, scheduler):  # noqa: F811
         bad.chunk(bad_tokens[: bad.tokens_needed()])
 
     work = [lambda i=i: whole_take(i) for i in range(len(TAKES))] + [failing_take]
-    errors = queue_round(scheduler, work)
+    errors = queue_while_paused(scheduler, work)
     assert len(errors) == 1 and isinstance(errors[0], IndexError)
     for i, theirs in enumerate(alone):
         assert relative_error(results[i], theirs) < 1e-5

@@ -6,9 +6,6 @@ batch; `buckets=True` pads batch, frames and context as the CUDA-graph path does
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
 
@@ -16,6 +13,7 @@ from studio.tts.flow.cfm import NOISE_FRAMES
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
+from tests.tts.concurrency import queue_while_paused
 from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
 
 # three takes with different prompt lengths and texts, driven with the same hop schedule
@@ -57,25 +55,13 @@ def drive_batched(flow, solver: EstimatorSolver) -> list[list[torch.Tensor]]:
     mels: list[list[torch.Tensor]] = [[] for _ in takes]
     for round_ in range(max(len(calls) for _, _, calls in takes)):
         running = [i for i, (_, _, calls) in enumerate(takes) if round_ < len(calls)]
-        errors: list[BaseException] = []
 
-        def work(i: int, round_: int = round_, errors: list = errors) -> None:
+        def work(i: int, round_: int = round_) -> None:
             incremental, tokens, calls = takes[i]
             end, final = calls[round_]
-            try:
-                mels[i].append(incremental.mel(tokens[:end], final)[0])
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+            mels[i].append(incremental.mel(tokens[:end], final)[0])
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in running]
-        with solver.paused():
-            for thread in threads:
-                thread.start()
-            deadline = time.monotonic() + 60
-            while solver.queued() < len(running) and time.monotonic() < deadline and not errors:
-                time.sleep(0.005)
-        for thread in threads:
-            thread.join(timeout=120)
+        errors = queue_while_paused(solver, [lambda i=i: work(i) for i in running])
         assert not errors, errors
     return mels
 
