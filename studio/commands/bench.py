@@ -342,6 +342,11 @@ def print_level(backend: str, level: dict) -> None:
     solver = level.get("flow_solver") or {}
     if solver.get("batches"):
         first += f"  flow batch {solver['requests'] / solver['batches']:.1f}, captures {solver['captures']}"
+    if solver.get("ticks"):  # the chunk scheduler: busy launching (host-bound) or waiting for the GPU?
+        first += (
+            f"  scheduler host {solver['scheduler_host_s']:.1f} s, GPU wait {solver['scheduler_gpu_wait_s']:.1f} s,"
+            f" idle {solver['scheduler_idle_s']:.1f} s, tick GPU {solver['tick_gpu_s']:.1f} s"
+        )
     peak = level.get("peak_vram_bytes")
     if peak is not None:
         first += f"  peak VRAM {peak / 2**30:.1f} GiB"

@@ -69,6 +69,7 @@ class ChunkJob:
 class _Tick:
     jobs: list[ChunkJob]
     event: torch.cuda.Event | None  # recorded after the tick's last copy to the host (CUDA only)
+    start: torch.cuda.Event | None = None  # recorded before the tick's first kernel (CUDA only)
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
@@ -90,6 +91,9 @@ class ChunkScheduler:
         self._thread: threading.Thread | None = None
         self.ticks = 0  # ticks run, and chunks served (batching shows as jobs > ticks)
         self.jobs = 0
+        # where the thread's time goes: launching work, waiting for the GPU, idle; and the GPU's time per
+        # tick (first kernel to last copy, time-sliced waits included): host-bound or GPU-bound at a glance
+        self.host_seconds = self.wait_seconds = self.idle_seconds = self.gpu_seconds = 0.0
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
 
     # -- the take's side --------------------------------------------------------------------------
@@ -152,16 +156,22 @@ class ChunkScheduler:
     def _loop(self) -> None:
         inflight: _Tick | None = None
         while True:
+            asked = time.monotonic()
             with self._condition:
                 while inflight is None and not self._takeable() and not self._closed:
                     self._condition.wait()
+                idle_until = time.monotonic()
                 while inflight is not None and not self._takeable() and not inflight.ready():
                     self._condition.wait(GPU_POLL_SECONDS)  # the GPU works; a new chunk may come
                 if inflight is None and self._closed and not self._queue:
                     return
                 jobs = self._pick() if self._takeable() else []
+            started = time.monotonic()
+            self.idle_seconds += idle_until - asked
+            self.wait_seconds += started - idle_until
+            waited_before = self.wait_seconds
             try:
-                begun = []
+                begun, start = [], self._gpu_mark() if jobs else None
                 for job in jobs:
                     if inflight is not None and inflight.ready():  # hand out finished audio at once
                         inflight = self._deliver(inflight)
@@ -171,12 +181,23 @@ class ChunkScheduler:
                     inflight = self._deliver(inflight)
                 if begun:
                     inflight = self._launch(begun)
+                    inflight.start = start
             except BaseException as exc:  # noqa: BLE001 - no take may wait forever; the thread goes on
                 log.exception("flow scheduler: a tick failed")
                 for job in jobs + ([] if inflight is None else inflight.jobs):
                     if not job.done.is_set():
                         job.fail(exc)
                 inflight = None
+            self.host_seconds += time.monotonic() - started - (self.wait_seconds - waited_before)
+
+    def _gpu_mark(self) -> torch.cuda.Event | None:
+        """A timing event on the flow's CUDA stream (None on a CPU)."""
+        device = next(self.flow.parameters()).device
+        if device.type != "cuda":
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
 
     def _takeable(self) -> bool:
         return bool(self._queue) and not self._paused
@@ -224,10 +245,7 @@ class ChunkScheduler:
                     job.speech = speech
             except Exception as exc:  # noqa: BLE001 - this chunk's take gets it
                 job.fail(exc)
-        event = None
-        if device is not None:
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(device))
+        event = None if device is None else self._gpu_mark()
         self.ticks += 1
         self.jobs += len(jobs)
         return _Tick([job for job in jobs if not job.done.is_set()], event)
@@ -235,7 +253,11 @@ class ChunkScheduler:
     def _deliver(self, tick: _Tick) -> None:
         """Wake the tick's takes once the GPU has finished it (None: nothing is in flight any more)."""
         if tick.event is not None:
+            started = time.monotonic()
             tick.event.synchronize()  # releases the interpreter lock while the GPU finishes
+            self.wait_seconds += time.monotonic() - started
+            if tick.start is not None:
+                self.gpu_seconds += tick.start.elapsed_time(tick.event) / 1000
         for job in tick.jobs:
             job.done.set()
 
@@ -253,9 +275,17 @@ def scheduler_for(flow: torch.nn.Module) -> ChunkScheduler:
         return scheduler
 
 
-def scheduler_stats(flow: torch.nn.Module) -> dict[str, int]:
-    """Ticks and chunks of the flow's scheduler; zeros before its first use."""
+_STATS = (  # name in bench's JSON, attribute
+    ("ticks", "ticks"),
+    ("jobs", "jobs"),
+    ("scheduler_host_s", "host_seconds"),
+    ("scheduler_gpu_wait_s", "wait_seconds"),
+    ("scheduler_idle_s", "idle_seconds"),
+    ("tick_gpu_s", "gpu_seconds"),
+)
+
+
+def scheduler_stats(flow: torch.nn.Module) -> dict[str, float]:
+    """Ticks, chunks and the thread's seconds (host, GPU wait, idle; GPU per tick); zeros before first use."""
     scheduler = getattr(flow, "_chunk_scheduler", None)
-    if scheduler is None:
-        return {"ticks": 0, "jobs": 0}
-    return {"ticks": scheduler.ticks, "jobs": scheduler.jobs}
+    return {name: 0 if scheduler is None else getattr(scheduler, attribute) for name, attribute in _STATS}

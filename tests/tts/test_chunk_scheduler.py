@@ -86,6 +86,8 @@ def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler
         assert not queue_while_paused(scheduler, [lambda i=i: work(i) for i in running])
     assert scheduler.jobs == sum(len(p) for p in pending)
     assert scheduler.ticks < scheduler.jobs  # rounds of several takes ran as one tick
+    assert scheduler.host_seconds > 0 and scheduler.idle_seconds > 0  # the test's pauses leave it idle
+    assert scheduler.gpu_seconds == 0  # no GPU here
     for ours, theirs in zip(parts, alone, strict=True):
         joined = torch.cat(ours, dim=1)
         assert joined.device.type == "cpu" and joined.shape == theirs.shape
