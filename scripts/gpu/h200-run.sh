@@ -69,6 +69,14 @@ S4)  # stop 13, second machine start, after the five part-copy calls: install, t
   grep -E "passed|failed|rror" "$out/pytest-gpu.log" | tail -6
   budget_bench final-c1-16-32-64 300 --warmup-rounds 2 --concurrency 1,16,32,64
   ;;
+S5)  # next session, after the five part-copy calls: install, the final defaults at every level with the
+     # scheduler's host / GPU-wait / idle seconds (host-bound or GPU-bound?), then the 64-take trace
+  install
+  budget_bench final-c1-4-16-32-64 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  timeout 200 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 \
+    --streams 64 --out "$out/trace64" >"$out/trace64.log" 2>&1
+  sed -n '/takes at once/,/Under torch/p' "$out/trace64/trace-take.md" 2>/dev/null || tail -20 "$out/trace64.log"
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install
