@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 import torch
@@ -256,10 +256,11 @@ class ChunkScheduler:
             started = time.monotonic()
             tick.event.synchronize()  # releases the interpreter lock while the GPU finishes
             self.wait_seconds += time.monotonic() - started
-            if tick.start is not None:
-                self.gpu_seconds += tick.start.elapsed_time(tick.event) / 1000
         for job in tick.jobs:
             job.done.set()
+        if tick.start is not None and tick.event is not None:
+            with suppress(RuntimeError):  # a counter: it must never fail the takes it describes
+                self.gpu_seconds += tick.start.elapsed_time(tick.event) / 1000
 
 
 _schedulers_lock = threading.Lock()
