@@ -276,3 +276,45 @@ def test_cancelling_a_take_whose_chunk_waits_ends_it_without_an_error(
         assert not thread.is_alive()  # it ended while the scheduler was still held
     assert "error" not in outcome and outcome["chunks"] == []
     assert scheduler.queued() == 0
+
+
+def test_a_batch_failing_while_it_writes_back_keeps_the_results_already_written(modules, monkeypatch):  # noqa: F811
+    """A failure after the first request's state and result were copied back: that one keeps its result,
+    the others are solved again alone."""
+    flow, _ = modules
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    real_copy_out = EstimatorSolver._copy_out
+    failed = []
+
+    def copy_out_failing_after_the_first(self, batch, arena, output):
+        if len(batch.requests) > 1 and not failed:
+            failed.append(1)
+            real_copy_out(
+                self, type(batch)(**{**batch.__dict__, "requests": batch.requests[:1]}), arena, output
+            )
+            raise RuntimeError("write-back failed")
+        return real_copy_out(self, batch, arena, output)
+
+    monkeypatch.setattr(EstimatorSolver, "_copy_out", copy_out_failing_after_the_first)
+    g = torch.Generator().manual_seed(8)
+    requests = [
+        SolveRequest(
+            EstimatorState(),
+            torch.randn(1, 80, 40, generator=g),
+            torch.randn(1, 80, generator=g),
+            torch.zeros(1, 80, 40),
+            frame0=0,
+            commit=32,
+            mark=None,
+            steps=10,
+        )
+        for _ in range(3)
+    ]
+    solver.solve_many(requests)
+    assert failed and all(r.done and r.error is None for r in requests)
+    assert all(r.state.length == 32 for r in requests)  # each state written back once
+    for request in requests:
+        alone = solver.solve(
+            SolveRequest(EstimatorState(), request.mu, request.spks, request.cond, 0, 0, None, 10)
+        )
+        assert relative_error(request.result, alone) < 1e-5

@@ -206,17 +206,19 @@ class EstimatorSolver:
     def _run_isolated(self, batch: _Batch) -> None:
         """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error.
 
-        A failed batch has written nothing back to the takes' states, so running them again is safe.
+        Only requests without a result are run again: their states were not written back (`_copy_out`
+        sets a request's result after writing its state), so running them again is safe.
         """
         try:
             self._run(batch)
         except BaseException as exc:  # noqa: BLE001 - each take gets its own answer
+            unfinished = [request for request in batch.requests if request.result is None]
             if len(batch.requests) == 1 or not isinstance(exc, Exception):
-                for request in batch.requests:
+                for request in unfinished:
                     request.error = exc
             else:
                 log.warning("flow: a batch of %d chunks failed; solving them one by one", len(batch.requests))
-                for request in batch.requests:
+                for request in unfinished:
                     self._run_isolated(self._plan([request]))
         finally:
             for request in batch.requests:
