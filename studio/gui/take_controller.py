@@ -83,9 +83,8 @@ class TakeController(QObject):
         self.recovery = recovery  # None: the data folder's recovery store
         self.active: ActiveTake | None = None
         self.kept: list[KeptTake] = []  # refused takes not yet saved elsewhere
-        self.first_hop = lambda: (
-            0
-        )  # tokens before the first streamed chunk (0: upstream's); set by the window
+        # tokens before the first streamed chunk (0: upstream's); the window sets it from the settings
+        self.first_hop = lambda: 0
         bridge.sig_chunk.connect(self.on_chunk)
         bridge.sig_take_finished.connect(self.on_take_finished)
         bridge.sig_error.connect(self.on_error)

@@ -107,7 +107,7 @@ class ChunkScheduler:
             self._queue.append(job)
             self._start()
             self._condition.notify_all()
-        cancel = getattr(stream, "cancel", None)
+        cancel = stream.cancel
         while not job.done.wait(CANCEL_POLL_SECONDS):
             if cancel is not None and cancel.is_set() and self._withdraw(job):
                 raise ChunkCancelled("the take was cancelled")
@@ -228,7 +228,7 @@ class ChunkScheduler:
                 groups.setdefault(job.stream.fp16, []).append(job)
         solver = solver_for(self.flow.decoder)
         for group in groups.values():
-            with group[0].stream._autocast():
+            with group[0].stream.autocast():
                 solver.solve_many([job.step.request for job in group])
         device = None
         for job in jobs:

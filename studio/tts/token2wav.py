@@ -186,7 +186,8 @@ class Token2WavStream:
         out so far would have played from the first chunk on (the `ChunkScheduler` serves the earliest)."""
         return now if self._first_out is None else self._first_out + self._audio_out
 
-    def _autocast(self):
+    def autocast(self):
+        """The take's flow precision: float16 autocast when it asked for fp16 on CUDA (the scheduler enters it too)."""
         if self.fp16 and self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.float16)
         return nullcontext()
@@ -195,7 +196,7 @@ class Token2WavStream:
         """The incremental flow's encoder part of a chunk; its solve is the caller's (`flow_end` after)."""
         if not tokens:
             return FlowStep(None, -1, torch.zeros(1, 80, 0, device=self.device))
-        with self._autocast():
+        with self.autocast():
             return self._incremental.begin(tokens, finalize)
 
     def flow_end(self, step: FlowStep) -> torch.Tensor:
@@ -214,7 +215,7 @@ class Token2WavStream:
         if self._incremental is not None:
             step = self.flow_begin(tokens, finalize)
             if step.request is not None:
-                with self._autocast():
+                with self.autocast():
                     step.request.result = solver_for(self.flow.decoder).solve(step.request)
             return self.flow_end(step)
         if not tokens:
@@ -222,7 +223,7 @@ class Token2WavStream:
         token = torch.tensor([tokens], dtype=torch.int32, device=device)
         prompt_token = self.prompt_token.to(device)
         prompt_feat = self.prompt_feat.to(device)
-        with self._autocast():
+        with self.autocast():
             mel, _ = self.flow.inference(
                 token=token,
                 token_len=torch.tensor([token.shape[1]], dtype=torch.int32, device=device),
