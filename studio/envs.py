@@ -105,6 +105,13 @@ FLOW_SCHEDULER = _define(
     "(0: each take runs its own and joins the solver's batch)",
     speed=True,
 )
+FLOW_BATCH_ENCODER = _define(
+    "STUDIO_FLOW_BATCH_ENCODER",
+    "1 (with the scheduler)",
+    "scheduled streaming: the flow encoder runs once per tick over every chunk's whole token prefix "
+    "(0: each chunk runs its own incremental encoder)",
+    speed=True,
+)
 FLOW_MAX_BATCH = _define(
     "STUDIO_FLOW_MAX_BATCH", "32", "most takes whose flow chunks are solved as one batch", speed=True
 )

@@ -77,6 +77,39 @@ S5)  # next session, after the five part-copy calls: install, the final defaults
     --streams 64 --out "$out/trace64" >"$out/trace64.log" 2>&1
   sed -n '/takes at once/,/Under torch/p' "$out/trace64/trace-take.md" 2>/dev/null || tail -20 "$out/trace64.log"
   ;;
+S6)  # stop 14, after the five part-copy calls (scripts/gpu/stage.sh stages them): install, the scheduler's
+     # audio with batched and incremental encoders against the takes' own threads, the CUDA tests of the
+     # flow paths, then the defaults (the tick's encoders batched) at every level
+  install
+  timeout 150 python3 scripts/gpu/scheduler_check.py --model /tmp/full --json "$out/scheduler-check.json" \
+    >"$out/scheduler-check.log" 2>&1
+  grep -E "^(PASS|FAIL|\{)|rror" "$out/scheduler-check.log" | cut -c1-220
+  timeout 150 python3 -m pytest tests/tts/test_batched_encode.py tests/tts/test_chunk_scheduler.py \
+    tests/tts/test_prompt_flow_cache.py -q -p no:cacheprovider >"$out/pytest-gpu.log" 2>&1
+  grep -E "passed|failed|rror" "$out/pytest-gpu.log" | tail -6
+  budget_bench batch-encoder-c1-4-16-32-64 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S7)  # same warm machine: A/B, each chunk's own incremental encoder (stop 13's scheduler), then the 24 GiB budget
+  STUDIO_FLOW_BATCH_ENCODER=0 budget_bench incremental-encoder-c1-16-32-64 280 --warmup-rounds 2 \
+    --concurrency 1,16,32,64
+  budget_bench batch-encoder-budget24-c16-32 220 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
+S8)  # same warm machine: CUDA MPS (one GPU context for vLLM's process and ours: no time-slicing), then the
+     # 64-take trace
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p /tmp/mps /tmp/mps-log
+  if nvidia-cuda-mps-control -d; then
+    echo "MPS daemon started"
+    budget_bench mps-c1-16-64 300 --warmup-rounds 2 --concurrency 1,16,64
+    echo quit | nvidia-cuda-mps-control
+  else
+    echo "MPS: no daemon (nvidia-cuda-mps-control missing or refused)"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  timeout 200 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 \
+    --streams 64 --out "$out/trace64" >"$out/trace64.log" 2>&1
+  sed -n '/takes at once/,/Under torch/p' "$out/trace64/trace-take.md" 2>/dev/null || tail -20 "$out/trace64.log"
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

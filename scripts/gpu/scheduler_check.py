@@ -2,10 +2,13 @@
 
 Loads the folder's flow and HiFT on CUDA (fp16 autocast as the studio runs them, CUDA graphs attached),
 then renders the same streamed takes (prompt of 75 tokens, 103 speech tokens, hop schedule of the studio)
-four ways: one take at a time and 8 at once, each with the scheduler on and off. One at a time, both paths
-solve the same shapes, so they must agree to float rounding; 8 at once they batch differently (padded
-buckets), so they agree to the fp16 tolerance of batched against solo. Any race in the scheduler's
-asynchronous copies to the host would show here as audio that differs far beyond either.
+six ways: one take at a time and 8 at once, each with the scheduler on (its encoders incremental, as
+stop 13 ran them, and batched over recomputed prefixes, the default since stop 14) and off. One at a
+time, the scheduler with incremental encoders solves the same shapes as the takes' own threads, so they
+must agree to float rounding; 8 at once they batch differently (padded buckets), and the batched encoder
+computes the prefix anew in fp16, so those agree to the fp16 tolerance of batched against solo. Any race
+in the scheduler's asynchronous copies to the host, or a frame sliced wrong, would show here as audio
+that differs far beyond either.
 
 Usage: python scripts/gpu/scheduler_check.py --model /tmp/full [--device cpu] [--json out.json]
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -53,7 +57,9 @@ def render(flow, hift, seed: int, scheduled: bool, fp16: bool) -> torch.Tensor:
     return torch.cat(parts, dim=1)
 
 
-def run(flow, hift, scheduled: bool, at_once: bool, fp16: bool) -> tuple[list[torch.Tensor], float]:
+def run(flow, hift, scheduled: bool, at_once: bool, fp16: bool, batch_encoder: bool = True):
+    """(each take's audio, seconds for all of them)."""
+    os.environ["STUDIO_FLOW_BATCH_ENCODER"] = "1" if batch_encoder else "0"  # read as each stream starts
     out: list = [None] * TAKES
     started = time.perf_counter()
     if at_once:
@@ -89,22 +95,27 @@ def main() -> int:
     report: dict = {"device": str(device), "torch": torch.__version__, "checks": []}
     failed = False
     for at_once, limit in ((False, 1e-4), (True, 2e-2)):
-        run(flow, hift, True, at_once, fp16)  # warm-up: graph captures of these shapes
-        run(flow, hift, False, at_once, fp16)
-        on, on_s = run(flow, hift, True, at_once, fp16)
-        off, off_s = run(flow, hift, False, at_once, fp16)
-        error = relative(on, off)
-        ok = error < limit and all(torch.isfinite(a).all() for a in on)
-        failed |= not ok
         how = f"{TAKES} at once" if at_once else "one at a time"
-        print(
-            f"{'PASS' if ok else 'FAIL'} {how}: scheduler vs own threads, audio error {error:.2e} "
-            f"(limit {limit:.0e}); {on_s:.2f} s vs {off_s:.2f} s",
-            flush=True,
-        )
-        report["checks"].append(
-            {"takes": how, "error": error, "limit": limit, "scheduler_s": on_s, "own_threads_s": off_s}
-        )
+        for batch_encoder in (False, True):
+            run(flow, hift, True, at_once, fp16, batch_encoder)  # warm-up: graph captures of these shapes
+        run(flow, hift, False, at_once, fp16)
+        off, off_s = run(flow, hift, False, at_once, fp16)
+        for batch_encoder in (False, True):
+            on, on_s = run(flow, hift, True, at_once, fp16, batch_encoder)
+            allowed = 2e-2 if batch_encoder else limit
+            error = relative(on, off)
+            ok = error < allowed and all(torch.isfinite(a).all() for a in on)
+            failed |= not ok
+            encoder = "batched encoder" if batch_encoder else "incremental encoder"
+            print(
+                f"{'PASS' if ok else 'FAIL'} {how}: scheduler ({encoder}) vs own threads, audio error "
+                f"{error:.2e} (limit {allowed:.0e}); {on_s:.2f} s vs {off_s:.2f} s",
+                flush=True,
+            )
+            report["checks"].append(
+                {"takes": how, "encoder": encoder, "error": error, "limit": allowed, "scheduler_s": on_s,
+                 "own_threads_s": off_s}
+            )  # fmt: skip
     report["scheduler"] = scheduler_stats(flow)
     print(json.dumps(report["scheduler"]))
     if args.json:

@@ -171,12 +171,10 @@ class ChunkScheduler:
             self.wait_seconds += started - idle_until
             waited_before = self.wait_seconds
             try:
-                begun, start = [], self._gpu_mark() if jobs else None
-                for job in jobs:
-                    if inflight is not None and inflight.ready():  # hand out finished audio at once
-                        inflight = self._deliver(inflight)
-                    if self._begin(job):
-                        begun.append(job)
+                start = self._gpu_mark() if jobs else None
+                if inflight is not None and inflight.ready():  # hand out finished audio at once
+                    inflight = self._deliver(inflight)
+                begun = self._begin(jobs)
                 if inflight is not None:
                     inflight = self._deliver(inflight)
                 if begun:
@@ -210,8 +208,34 @@ class ChunkScheduler:
         return jobs
 
     @torch.inference_mode()
-    def _begin(self, job: ChunkJob) -> bool:
-        """The chunk's encoder; False when it failed (only its own take gets the error)."""
+    def _begin(self, jobs: list[ChunkJob]) -> list[ChunkJob]:
+        """The chunks' encoders, batched per precision; the jobs begun (one that fails gets its error).
+
+        When a batch fails, its chunks begin again one by one, so only the culprit's take gets the error
+        (a chunk begun again recomputes its take's flow from the first frame: its state was left unsure).
+        """
+        groups: dict[bool, list[ChunkJob]] = {}
+        for job in jobs:
+            groups.setdefault(job.stream.fp16, []).append(job)
+        begun = []
+        for group in groups.values():
+            try:
+                steps = group[0].stream.flow_begin_many(
+                    [(job.stream, job.tokens, job.finalize) for job in group]
+                )
+            except Exception as exc:  # noqa: BLE001 - its take gets it, or the culprit is found below
+                if len(group) == 1:
+                    group[0].fail(exc)
+                else:
+                    log.warning("flow scheduler: a batch of %d encoders failed; one by one", len(group))
+                    begun += [job for job in group if self._begin_alone(job)]
+                continue
+            for job, step in zip(group, steps, strict=True):
+                job.step = step
+                begun.append(job)
+        return begun
+
+    def _begin_alone(self, job: ChunkJob) -> bool:
         try:
             job.step = job.stream.flow_begin(job.tokens, job.finalize)
             return True

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 
 from studio import envs
 from studio.tts.chunk_scheduler import scheduler_for
-from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow
+from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
 
@@ -48,6 +48,17 @@ SAMPLE_RATE = 24000
 
 def _incremental_default() -> bool:
     return envs.INCREMENTAL_FLOW.enabled()
+
+
+def batched_encoder(scheduled: bool) -> bool:
+    """Whether takes run by the chunk scheduler recompute their encoder in its batches (batched_encode.py)."""
+    return scheduled and envs.FLOW_BATCH_ENCODER.raw() != "0"
+
+
+def scheduled_default(device: torch.device) -> bool:
+    """The chunk scheduler's default: on with CUDA; on a CPU the takes' own threads use its cores better."""
+    asked = envs.FLOW_SCHEDULER.raw()
+    return device.type == "cuda" if asked is None else asked != "0"
 
 
 @dataclass
@@ -109,9 +120,8 @@ class Token2WavStream:
         self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float().to(self.device)
         self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
         self._audio_out = 0.0  # seconds of audio handed out so far
-        if self.scheduled is None:  # on a CPU the takes' own threads use its cores better (benchmarks/)
-            asked = envs.FLOW_SCHEDULER.raw()
-            self.scheduled = self.device.type == "cuda" if asked is None else asked != "0"
+        if self.scheduled is None:
+            self.scheduled = scheduled_default(self.device)
         self._incremental = None
         if self.incremental is None:
             self.incremental = _incremental_default()
@@ -121,7 +131,12 @@ class Token2WavStream:
                 if isinstance(cache, bool):  # an empty PromptFlowCache is falsy (len 0): test for bool
                     cache = default_cache(self.device) if cache else None
                 self._incremental = IncrementalFlow(
-                    self.flow, self.prompt_token, self.prompt_feat, self.embedding, cache=cache
+                    self.flow,
+                    self.prompt_token,
+                    self.prompt_feat,
+                    self.embedding,
+                    cache=cache,
+                    recompute_encoder=batched_encoder(self.scheduled),
                 )
             else:
                 self.incremental = False
@@ -194,10 +209,25 @@ class Token2WavStream:
 
     def flow_begin(self, tokens: list[int], finalize: bool) -> FlowStep:
         """The incremental flow's encoder part of a chunk; its solve is the caller's (`flow_end` after)."""
-        if not tokens:
-            return FlowStep(None, -1, torch.zeros(1, 80, 0, device=self.device))
-        with self.autocast():
-            return self._incremental.begin(tokens, finalize)
+        return self.flow_begin_many([(self, tokens, finalize)])[0]
+
+    @staticmethod
+    def flow_begin_many(chunks: list[tuple[Token2WavStream, list[int], bool]]) -> list[FlowStep]:
+        """`Token2WavStream.flow_begin` of chunks (stream, tokens, finalize) of takes of one flow and precision;
+        the encoders of takes that recompute theirs run as one batch (`begin_many`)."""
+        steps: list[FlowStep | None] = [None] * len(chunks)
+        todo = []
+        for i, (stream, tokens, _) in enumerate(chunks):
+            if tokens:
+                todo.append(i)
+            else:  # no tokens: nothing to compute (`flow_end` passes the empty mel through)
+                steps[i] = FlowStep(None, -1, torch.zeros(1, 80, 0, device=stream.device))
+        if todo:
+            with chunks[todo[0]][0].autocast():
+                begun = begin_many([(chunks[i][0]._incremental, chunks[i][1], chunks[i][2]) for i in todo])
+            for i, step in zip(todo, begun, strict=True):
+                steps[i] = step
+        return steps
 
     def flow_end(self, step: FlowStep) -> torch.Tensor:
         """The chunk's new mel [1, 80, n] float32 (speed applied) once its solve has run."""
@@ -286,7 +316,10 @@ def warm_prompt_cache(
         return False
     autocast = fp16 and device.type == "cuda"
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.float16, enabled=autocast):
-        return cache.warm(IncrementalFlow(flow, prompt_token, prompt_feat, embedding))
+        recompute = batched_encoder(scheduled_default(device))  # the mode its streamed takes will use
+        return cache.warm(
+            IncrementalFlow(flow, prompt_token, prompt_feat, embedding, recompute_encoder=recompute)
+        )
 
 
 def _cross_fade(fade_in: torch.Tensor, fade_out: torch.Tensor, window: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 
 from studio.tts.chunk_scheduler import ChunkCancelled, ChunkScheduler
 from studio.tts.flow.cfm import NOISE_FRAMES
+from studio.tts.flow.streaming import incremental
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
 from studio.tts.token2wav import Token2WavStream
@@ -68,9 +69,12 @@ def scheduler(modules, monkeypatch):  # noqa: F811
     made.close()
 
 
-def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler):  # noqa: F811
+def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler, monkeypatch):  # noqa: F811
     flow, hift = modules
     alone, pending = run_alone(flow, hift)
+    batches = []  # the takes' encoders: one batch of recomputed prefixes per tick
+    encode = incremental.encode_prefixes
+    monkeypatch.setattr(incremental, "encode_prefixes", lambda *a: batches.append(len(a[1])) or encode(*a))
     streams = [make_stream(flow, hift, p, seed, scheduled=True) for p, _, seed in TAKES]
     tokens = [speech_tokens(n, seed) for _, n, seed in TAKES]
     parts: list[list[torch.Tensor]] = [[] for _ in TAKES]
@@ -84,8 +88,8 @@ def test_takes_batched_by_the_scheduler_equal_takes_run_alone(modules, scheduler
 
         running = [i for i in range(len(TAKES)) if round_ < len(pending[i])]
         assert not queue_while_paused(scheduler, [lambda i=i: work(i) for i in running])
-    assert scheduler.jobs == sum(len(p) for p in pending)
-    assert scheduler.ticks < scheduler.jobs  # rounds of several takes ran as one tick
+    assert scheduler.jobs == sum(len(p) for p in pending) == sum(batches)
+    assert scheduler.ticks == len(batches) < scheduler.jobs  # rounds of several takes ran as one tick
     assert scheduler.host_seconds > 0 and scheduler.idle_seconds > 0  # the test's pauses leave it idle
     assert scheduler.gpu_seconds == 0  # no GPU here
     for ours, theirs in zip(parts, alone, strict=True):
@@ -171,7 +175,7 @@ def test_a_cancelled_take_leaves_the_queue_and_the_others_are_served(modules, sc
     assert leaving.token_offset == 0  # and its take is where it was
 
 
-def test_a_failing_chunk_fails_its_take_only(modules, scheduler):  # noqa: F811
+def test_a_failing_chunk_fails_its_take_only(modules, scheduler, caplog):  # noqa: F811
     flow, hift = modules
     alone, _ = run_alone(flow, hift)
     streams = [make_stream(flow, hift, p, seed, scheduled=True) for p, _, seed in TAKES]
@@ -193,6 +197,7 @@ def test_a_failing_chunk_fails_its_take_only(modules, scheduler):  # noqa: F811
     work = [lambda i=i: whole_take(i) for i in range(len(TAKES))] + [failing_take]
     errors = queue_while_paused(scheduler, work)
     assert len(errors) == 1 and isinstance(errors[0], IndexError)
+    assert "encoders failed; one by one" in caplog.text  # it failed in a batch with the others first
     for i, theirs in enumerate(alone):
         assert relative_error(results[i], theirs) < 1e-5
 

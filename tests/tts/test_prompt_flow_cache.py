@@ -94,8 +94,8 @@ def test_second_take_hits_and_skips_the_prompt_frames(modules):  # noqa: F811
     assert cache.stats()["misses"] == 1 and cache.stats()["hits"] == 0
     second = IncrementalFlow(flow, **inputs, cache=cache)
     computed = []
-    original = second._advance
-    second._advance = lambda ids, finalize, steps: (
+    original = second._plan
+    second._plan = lambda ids, finalize, steps: (
         computed.append(len(second.committed)) or original(ids, finalize, steps)
     )
     mel_b, frame_b = second.mel(tokens[:25], finalize=False)

@@ -172,12 +172,18 @@ class UpsampleConformerEncoder(nn.Module):
 
         Returns the features [B, 2T, D] and their validity mask [B, 1, 2T].
         """
-        masks = ~make_pad_mask(xs_lens, xs.size(1)).unsqueeze(1)
-        xs, pos_emb = self.embed(xs)
+        xs, _ = self.embed(xs)
         if context is not None and context.size(1) > 0:
             context, _ = self.embed(context, offset=xs.size(1))
+        return self.stacks(self.pre_lookahead_layer(xs, context=context), xs_lens, streaming)
+
+    def stacks(
+        self, xs: torch.Tensor, xs_lens: torch.Tensor, streaming: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Everything after the pre-lookahead layer: xs [B, T, D] (its output) -> `forward`'s result."""
+        masks = ~make_pad_mask(xs_lens, xs.size(1)).unsqueeze(1)
+        pos_emb = self.embed.pos_enc.position_encoding(xs.size(1), 0, xs)
         chunk_masks = attention_mask(masks, self.static_chunk_size if streaming else 0)
-        xs = self.pre_lookahead_layer(xs, context=context)
         for layer in self.encoders:
             xs = layer(xs, chunk_masks, pos_emb)
 

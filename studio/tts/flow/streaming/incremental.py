@@ -34,6 +34,7 @@ from torch import nn
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
+from studio.tts.flow.streaming.batched_encode import Prefix, encode_prefixes
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.solver import SolveRequest, solver_for
 
@@ -225,9 +226,18 @@ class IncrementalFlow:
     """One streaming request's flow caches; `mel(tokens, finalize)` returns only the frames not yet cached."""
 
     def __init__(
-        self, flow: nn.Module, prompt_token: torch.Tensor, prompt_feat: torch.Tensor, embedding, cache=None
+        self,
+        flow: nn.Module,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding,
+        cache=None,
+        recompute_encoder: bool = False,
     ):
         self.flow = flow
+        # True: every call runs the encoder over the whole prefix, batched with other requests' chunks
+        # (`begin_many`, batched_encode.py), and keeps no encoder state; the estimator stays incremental
+        self.recompute_encoder = recompute_encoder
         self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
         self.mark: int | None = None  # token position whose state the next call also keeps (see _Window)
         self.prompt_ids = [int(i) for i in prompt_token.reshape(-1).tolist()]
@@ -267,6 +277,12 @@ class IncrementalFlow:
         """Prompt tokens whose cached state depends on the prompt alone (`prompt_boundary`)."""
         return prompt_boundary(self.flow, len(self.prompt_ids))
 
+    def kept_mark(self) -> bool:
+        """Whether the last call kept the state at its mark (the prompt cache's boundary)."""
+        if self.recompute_encoder:  # no encoder state: the estimator's tails are all there is
+            return self.estimator_state.mark_tails is not None
+        return any(isinstance(k, tuple) and k[0] == "mark" for k in self.token_store)
+
     @torch.inference_mode()
     def mel(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, int]:
         """(mel [1, 80, n] in the compute dtype, absolute frame index of its first column; prompt frames count).
@@ -282,14 +298,16 @@ class IncrementalFlow:
     @torch.inference_mode()
     def begin(self, tokens: list[int], finalize: bool, n_timesteps: int = 10) -> FlowStep:
         """The encoder part of `mel`: its `FlowStep` holds the Euler solve still to run (None: no frames)."""
+        return begin_many([(self, tokens, finalize)], n_timesteps)[0]
+
+    def _consult_cache(self, n_timesteps: int) -> tuple[object, tuple | None]:
+        """First call: restore the prompt's state from the cache, or (cache, key) to keep it under."""
         key, cache = None, self.cache
-        if cache is not None and not self.committed:  # first call: restore the prompt's state, or keep it
+        if cache is not None and not self.committed:
             self.cache = None  # consulted once per request: a restart recomputes
             key = cache.start(self, n_timesteps)
             self.mark = None if key is None else self.prompt_boundary()
-        step = self._advance(self.prompt_ids + [int(i) for i in tokens], finalize, n_timesteps)
-        step.cache, step.key = cache, key
-        return step
+        return cache, key
 
     def complete(self, step: FlowStep) -> tuple[torch.Tensor, int]:
         """Commit a `begin` whose solve has run (`step.request.result` set); (mel, first frame) as `mel`."""
@@ -304,7 +322,8 @@ class IncrementalFlow:
             step.cache.store(step.key, self)
         return mel, step.frame0
 
-    def _advance(self, ids: list[int], finalize: bool, n_timesteps: int) -> FlowStep:
+    def _plan(self, ids: list[int], finalize: bool, n_timesteps: int) -> _Plan | FlowStep:
+        """Which tokens this call computes, on the host (a `FlowStep` without a solve when there are none)."""
         flow = self.flow
         lookahead = flow.pre_lookahead_len
         if not finalize and len(ids) <= lookahead:
@@ -314,23 +333,35 @@ class IncrementalFlow:
         if not self.valid or ids[:start] != self.committed:  # interrupted or not a continuation: start over
             self._reset()
             start = 0
-        ratio = flow.token_mel_ratio
-        device = flow.input_embedding.weight.device
         if end <= start:
-            return FlowStep(None, start * ratio, torch.zeros(1, flow.output_size, 0, device=device))
+            device = flow.input_embedding.weight.device
+            return FlowStep(
+                None, start * flow.token_mel_ratio, torch.zeros(1, flow.output_size, 0, device=device)
+            )
         commit = start if finalize else max(start, end // self.quantum * self.quantum)
         mark, self.mark = self.mark, None
         if mark is not None and not start <= mark <= end:
             mark = None
         self.valid = False  # until `complete`: a solve that never finishes leaves the caches inconsistent
+        return _Plan(ids, start, end, commit, mark, n_timesteps)
 
-        dtype = flow.spk_embed_affine_layer.weight.dtype
-        spks = flow.spk_embed_affine_layer(F.normalize(self.embedding.to(device).float(), dim=1).to(dtype))
+    def _encode(self, plan: _Plan) -> torch.Tensor:
+        """The incremental encoder: mu [1, 80, n] of the plan's new tokens over this request's caches."""
+        flow, ids, start, end, commit, mark = (
+            self.flow,
+            plan.ids,
+            plan.start,
+            plan.end,
+            plan.commit,
+            plan.mark,
+        )
+        ratio = flow.token_mel_ratio
+        device = flow.input_embedding.weight.device
         lo = max(0, start - (flow.encoder.pre_lookahead_layer.conv2.kernel_size[0] - 1))
         token = to_device(torch.tensor([ids[lo:end]], dtype=torch.long), device).clamp_min(0)
         emb = flow.input_embedding(token)
         context = None
-        if not finalize:
+        if end < len(ids):
             context = flow.input_embedding(
                 to_device(torch.tensor([ids[end:]], dtype=torch.long), device).clamp_min(0)
             )
@@ -342,8 +373,15 @@ class IncrementalFlow:
             _Window(start, end, commit, self.token_store, mark),
             _Window(start * ratio, end * ratio, commit * ratio, self.encoder_store, mark and mark * ratio),
         )
-        mu = flow.encoder_proj(h).transpose(1, 2).contiguous()  # [1, 80, n]
-        frame0, frames = start * ratio, mu.shape[2]
+        return flow.encoder_proj(h).transpose(1, 2).contiguous()  # [1, 80, n]
+
+    def _request(self, plan: _Plan, mu: torch.Tensor) -> FlowStep:
+        """The plan's Euler solve over its new frames' encoder output `mu` [1, 80, n]."""
+        flow, ratio = self.flow, self.flow.token_mel_ratio
+        device = mu.device
+        dtype = flow.spk_embed_affine_layer.weight.dtype
+        spks = flow.spk_embed_affine_layer(F.normalize(self.embedding.to(device).float(), dim=1).to(dtype))
+        frame0, frames = plan.start * ratio, mu.shape[2]
         cond = torch.zeros_like(mu)
         prompt_frames = self.prompt_feat.shape[1]
         if frame0 < prompt_frames:
@@ -357,8 +395,51 @@ class IncrementalFlow:
             spks.to(mu.dtype),
             cond,
             frame0,
-            commit * ratio,
-            mark and mark * ratio,
-            n_timesteps,
+            plan.commit * ratio,
+            plan.mark and plan.mark * ratio,
+            plan.n_timesteps,
         )
-        return FlowStep(request, frame0, committed=ids[:commit])
+        return FlowStep(request, frame0, committed=plan.ids[: plan.commit])
+
+
+@dataclass
+class _Plan:
+    """What one call of an `IncrementalFlow` computes: tokens [start, end) of `ids`, keeping [0, commit)."""
+
+    ids: list[int]
+    start: int
+    end: int
+    commit: int
+    mark: int | None
+    n_timesteps: int
+
+
+@torch.inference_mode()
+def begin_many(
+    chunks: list[tuple[IncrementalFlow, list[int], bool]], n_timesteps: int = 10
+) -> list[FlowStep]:
+    """`IncrementalFlow.begin` of several requests' chunks (request, tokens, finalize) of one flow, in order.
+
+    Requests that recompute their encoder (`recompute_encoder`) run it as one batch (`encode_prefixes`);
+    the others each run their own incremental encoder.
+    """
+    steps: list[FlowStep | None] = [None] * len(chunks)
+    batched: list[tuple[int, IncrementalFlow, _Plan]] = []
+    caches = []
+    for i, (request, tokens, finalize) in enumerate(chunks):
+        caches.append(request._consult_cache(n_timesteps))
+        plan = request._plan(request.prompt_ids + [int(t) for t in tokens], finalize, n_timesteps)
+        if isinstance(plan, FlowStep):
+            steps[i] = plan
+        elif request.recompute_encoder:
+            batched.append((i, request, plan))
+        else:
+            steps[i] = request._request(plan, request._encode(plan))
+    if batched:
+        prefixes = [Prefix(plan.ids, plan.end) for _, _, plan in batched]
+        mus = encode_prefixes(batched[0][1].flow, prefixes, [plan.start for _, _, plan in batched])
+        for (i, request, plan), mu in zip(batched, mus, strict=True):
+            steps[i] = request._request(plan, mu)
+    for step, (cache, key) in zip(steps, caches, strict=True):
+        step.cache, step.key = cache, key
+    return steps

@@ -202,7 +202,8 @@ def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
     compute = (str(dtype), str(torch.get_autocast_dtype(device.type)) if autocast else None)
     ids = torch.tensor(flow.prompt_ids, dtype=torch.int64)
     prompt = _digest(ids, flow.prompt_feat, flow.embedding)
-    return (_flow_identity(module), str(device), compute, n_timesteps, prompt)
+    # a request that recomputes its encoder keeps no encoder state: its snapshots hold the estimator's only
+    return (_flow_identity(module), str(device), compute, n_timesteps, prompt, flow.recompute_encoder)
 
 
 class PromptFlowCache:
@@ -280,7 +281,7 @@ class PromptFlowCache:
     @torch.inference_mode()
     def store(self, key: tuple, flow: IncrementalFlow) -> bool:
         """Snapshot the prompt state `flow` kept at its mark during the call just made, and `put` it."""
-        if not flow.valid or not any(isinstance(k, tuple) and k[0] == "mark" for k in flow.token_store):
+        if not flow.valid or not flow.kept_mark():
             return False  # the call failed or never reached the mark: nothing consistent to keep
         boundary = flow.prompt_boundary()
         rows = boundary * flow.flow.token_mel_ratio
