@@ -24,8 +24,8 @@ from torch import nn
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.masks import make_pad_mask
 
-# batch x frames^2 x heads of the up-sampled stack's relative-position scores (fp16: 2 bytes each)
-SCORE_BUDGET = 256 * 1024 * 1024
+# batch x heads x frames x 2 frames: the up-sampled stack's relative-position scores (fp16: 128 MB at most)
+SCORE_BUDGET = 64 * 1024 * 1024
 
 
 @dataclass
