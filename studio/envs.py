@@ -121,6 +121,12 @@ FLOW_BATCH_MB = _define(
     "the batched flow solver's work area, in MB",
     speed=True,
 )
+FLOW_ARENA_SHARE = _define(
+    "STUDIO_FLOW_ARENA_SHARE",
+    "0.5",
+    "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
+    speed=True,
+)
 CUDA_GRAPHS = _define(
     "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
 )

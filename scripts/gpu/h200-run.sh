@@ -110,6 +110,17 @@ S8)  # same warm machine: CUDA MPS (one GPU context for vLLM's process and ours:
     --streams 64 --out "$out/trace64" >"$out/trace64.log" 2>&1
   sed -n '/takes at once/,/Under torch/p' "$out/trace64/trace-take.md" 2>/dev/null || tail -20 "$out/trace64.log"
   ;;
+S9)  # same warm machine: 64 chunks per tick (the host no longer limits a tick), 1 and 64 streams
+  STUDIO_FLOW_MAX_BATCH=64 budget_bench batch-encoder-max-batch-64-c1-64 280 --warmup-rounds 2 --concurrency 1,64
+  ;;
+S10)  # stop 14, second machine start, after the five part-copy calls: install, then a quarter of the budget
+      # for the flow arena (the 24 GiB run batched 2.3 chunks a tick while 12 takes waited for memory):
+      # 24 GiB at 16 and 32 streams, then the default budget at 64
+  install
+  STUDIO_FLOW_ARENA_SHARE=0.25 budget_bench arena-quarter-budget24-c16-32 220 --warmup-rounds 2 \
+    --concurrency 16,32 --vram-budget 24
+  STUDIO_FLOW_ARENA_SHARE=0.25 budget_bench arena-quarter-c64 150 --warmup-rounds 2 --concurrency 64
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

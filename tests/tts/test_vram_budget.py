@@ -36,6 +36,18 @@ def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     assert no_vllm.vllm == 0 and no_vllm.takes > plan.takes
 
 
+def test_the_arena_share_moves_memory_between_the_arena_and_the_takes(monkeypatch):
+    half = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+    monkeypatch.setenv("STUDIO_FLOW_ARENA_SHARE", "0.25")
+    quarter = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+    assert quarter.flow_arena + quarter.takes == half.flow_arena + half.takes
+    assert quarter.takes == pytest.approx(3 * quarter.flow_arena, abs=4)
+    for bad in ("1", "0", "-0.5", "half"):
+        monkeypatch.setenv("STUDIO_FLOW_ARENA_SHARE", bad)
+        with pytest.raises(ValueError, match="STUDIO_FLOW_ARENA_SHARE"):
+            plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+
+
 @pytest.mark.parametrize(("budget", "message"), [(4 * GIB, "too small"), (200 * GIB, "more than the card"),
                                                  (0, "positive")])  # fmt: skip
 def test_a_budget_that_cannot_work_says_why(budget, message):

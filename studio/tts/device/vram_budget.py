@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from studio import envs
+
 GIB = 2**30
 DEFAULT_SHARE_OF_FREE = 0.8  # what the studio takes of the free memory when no budget is given
 VLLM_SHARE = 0.15  # of the budget, within [VLLM_MIN, VLLM_MAX]: a 0.5B LM needs little KV cache
@@ -21,7 +23,7 @@ OUTSIDE_ALLOCATOR = 1.5 * GIB  # both processes' CUDA contexts and library works
 ALLOCATOR_SLACK = 0.5 * GIB  # CUDA-graph pools and fragmentation inside this process's cap
 # The flow's arena holds the states of the takes it batches (copied in): half of what is left after vLLM,
 # the weights and the reserve lets it batch about as many takes as the other half admits (measured on the
-# H200: a 4 GiB arena batched 1.3-1.7 takes at 16-64 streams).
+# H200: a 4 GiB arena batched 1.3-1.7 takes at 16-64 streams). `STUDIO_FLOW_ARENA_SHARE` sets it.
 ARENA_SHARE = 0.5
 
 
@@ -81,7 +83,11 @@ def plan_vram(budget: int, total: int, resident: int, with_vllm: bool) -> VramPl
             f"weights {resident / GIB:.1f} GiB and the runtime {reserve / GIB:.1f} GiB, with at "
             "least 0.5 GiB left for takes"
         )
-    arena = int(rest * ARENA_SHARE)
+    share = envs.FLOW_ARENA_SHARE.number()
+    share = ARENA_SHARE if share is None else share
+    if not 0 < share < 1:
+        raise VramBudgetError(f"{envs.FLOW_ARENA_SHARE.name} must be between 0 and 1, got {share}")
+    arena = int(rest * share)
     return VramPlan(budget, total, resident, vllm, arena, rest - arena)
 
 
