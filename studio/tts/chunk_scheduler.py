@@ -8,7 +8,9 @@ worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`)
 1. takes the queued chunks, most urgent first (earliest deadline: a take's first chunk is due when it is
    asked for, a later one when the audio handed out so far would have played; ties in arrival order), at
    most `max_jobs` of them;
-2. runs their encoders while the GPU still works on the previous tick;
+2. runs their encoders, as one batch over each take's whole token prefix (batched_encode.py;
+   ``STUDIO_FLOW_BATCH_ENCODER=0``: one incremental encoder per chunk), while the GPU still works on the
+   previous tick;
 3. hands over the previous tick's audio once the GPU is done with it;
 4. solves all of the new chunks' Euler steps in as few batches as the solver's budget allows, then runs
    their HiFT and starts the copies of their audio to the host, and does not wait for them.

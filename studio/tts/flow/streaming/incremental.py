@@ -20,6 +20,10 @@ recomputed next call); finalize never commits, so it can be repeated.
 
 With a `PromptFlowCache` (tts/flow/streaming/prompt_cache.py) a request starts from the cached state of its prompt's
 exactly reusable frames (computed once per voice) instead of recomputing them.
+
+A request made with ``recompute_encoder=True`` keeps no encoder state: `begin_many` encodes its whole token
+prefix anew each call, in one batch with the other such requests' chunks (batched_encode.py; what the
+chunk scheduler does on a GPU, where the encoder's launches, not its arithmetic, are the cost).
 """
 
 from __future__ import annotations
