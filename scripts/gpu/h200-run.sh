@@ -121,6 +121,17 @@ S10)  # stop 14, second machine start, after the five part-copy calls: install, 
     --concurrency 16,32 --vram-budget 24
   STUDIO_FLOW_ARENA_SHARE=0.25 budget_bench arena-quarter-c64 150 --warmup-rounds 2 --concurrency 64
   ;;
+S11)  # stop 14, third machine start, no vLLM needed (one call, carry [".whl"]): the studio's wheels, the
+      # model, then the scheduler check with 3 untimed runs per path (S6 ran 1: does the batched encoder's
+      # slower 8-at-once time come from graph captures of shapes first seen in the timed run?)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  python3 -m studio make-model --size full /tmp/full >"$out/make-model.log" 2>&1 || { tail -5 "$out/make-model.log"; exit 1; }
+  for n in 3; do
+    timeout 120 python3 scripts/gpu/scheduler_check.py --model /tmp/full --warmup $n \
+      --json "$out/scheduler-check-warmup$n.json" >"$out/scheduler-check-warmup$n.log" 2>&1
+    grep -E "^(PASS|FAIL)|rror" "$out/scheduler-check-warmup$n.log" | cut -c1-220
+  done
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -10,7 +10,9 @@ computes the prefix anew in fp16, so those agree to the fp16 tolerance of batche
 in the scheduler's asynchronous copies to the host, or a frame sliced wrong, would show here as audio
 that differs far beyond either.
 
-Usage: python scripts/gpu/scheduler_check.py --model /tmp/full [--device cpu] [--json out.json]
+Each timed run reports the flow's graph captures it made (a bucket shape first seen there costs a capture).
+
+Usage: python scripts/gpu/scheduler_check.py --model /tmp/full [--device cpu] [--warmup N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from flow_solver_check import relative  # this script's folder is on sys.path wh
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
 from studio.tts.chunk_scheduler import scheduler_stats
 from studio.tts.config import read_config
+from studio.tts.flow.streaming.solver import solver_stats
 from studio.tts.loader import attach_cuda_graphs, load_flow, load_hift
 from studio.tts.token2wav import Token2WavStream
 
@@ -82,6 +85,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each path first")
     parser.add_argument("--json")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -96,12 +100,15 @@ def main() -> int:
     failed = False
     for at_once, limit in ((False, 1e-4), (True, 2e-2)):
         how = f"{TAKES} at once" if at_once else "one at a time"
-        for batch_encoder in (False, True):
-            run(flow, hift, True, at_once, fp16, batch_encoder)  # warm-up: graph captures of these shapes
-        run(flow, hift, False, at_once, fp16)
+        for _ in range(args.warmup):  # untimed: graph captures of these shapes
+            for batch_encoder in (False, True):
+                run(flow, hift, True, at_once, fp16, batch_encoder)
+            run(flow, hift, False, at_once, fp16)
         off, off_s = run(flow, hift, False, at_once, fp16)
         for batch_encoder in (False, True):
+            captured = solver_stats(flow)["captures"]
             on, on_s = run(flow, hift, True, at_once, fp16, batch_encoder)
+            captured = solver_stats(flow)["captures"] - captured
             allowed = 2e-2 if batch_encoder else limit
             error = relative(on, off)
             ok = error < allowed and all(torch.isfinite(a).all() for a in on)
@@ -109,12 +116,12 @@ def main() -> int:
             encoder = "batched encoder" if batch_encoder else "incremental encoder"
             print(
                 f"{'PASS' if ok else 'FAIL'} {how}: scheduler ({encoder}) vs own threads, audio error "
-                f"{error:.2e} (limit {allowed:.0e}); {on_s:.2f} s vs {off_s:.2f} s",
+                f"{error:.2e} (limit {allowed:.0e}); {on_s:.2f} s vs {off_s:.2f} s, {captured} captures",
                 flush=True,
             )
             report["checks"].append(
                 {"takes": how, "encoder": encoder, "error": error, "limit": allowed, "scheduler_s": on_s,
-                 "own_threads_s": off_s}
+                 "own_threads_s": off_s, "captures": captured, "warmup_runs": args.warmup}
             )  # fmt: skip
     report["scheduler"] = scheduler_stats(flow)
     print(json.dumps(report["scheduler"]))
