@@ -351,14 +351,8 @@ class IncrementalFlow:
 
     def _encode(self, plan: _Plan) -> torch.Tensor:
         """The incremental encoder: mu [1, 80, n] of the plan's new tokens over this request's caches."""
-        flow, ids, start, end, commit, mark = (
-            self.flow,
-            plan.ids,
-            plan.start,
-            plan.end,
-            plan.commit,
-            plan.mark,
-        )
+        flow, ids = self.flow, plan.ids
+        start, end, commit, mark = plan.start, plan.end, plan.commit, plan.mark
         ratio = flow.token_mel_ratio
         device = flow.input_embedding.weight.device
         lo = max(0, start - (flow.encoder.pre_lookahead_layer.conv2.kernel_size[0] - 1))
