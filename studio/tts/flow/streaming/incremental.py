@@ -247,6 +247,7 @@ class IncrementalFlow:
         self.prompt_ids = [int(i) for i in prompt_token.reshape(-1).tolist()]
         self.prompt_feat = prompt_feat  # [1, 2P, 80]
         self.embedding = embedding
+        self._spks: torch.Tensor | None = None  # the speaker projection: the same for every call
         self.quantum = commit_quantum(flow)  # tokens per commit granule
         self._reset()
 
@@ -377,8 +378,11 @@ class IncrementalFlow:
         """The plan's Euler solve over its new frames' encoder output `mu` [1, 80, n]."""
         flow, ratio = self.flow, self.flow.token_mel_ratio
         device = mu.device
-        dtype = flow.spk_embed_affine_layer.weight.dtype
-        spks = flow.spk_embed_affine_layer(F.normalize(self.embedding.to(device).float(), dim=1).to(dtype))
+        spks = self._spks
+        if spks is None or spks.device != device or spks.dtype != mu.dtype:
+            dtype = flow.spk_embed_affine_layer.weight.dtype
+            embedding = F.normalize(self.embedding.to(device).float(), dim=1).to(dtype)
+            spks = self._spks = flow.spk_embed_affine_layer(embedding).to(mu.dtype)
         frame0, frames = plan.start * ratio, mu.shape[2]
         cond = torch.zeros_like(mu)
         prompt_frames = self.prompt_feat.shape[1]
@@ -390,7 +394,7 @@ class IncrementalFlow:
         request = SolveRequest(
             self.estimator_state,
             mu,
-            spks.to(mu.dtype),
+            spks,
             cond,
             frame0,
             plan.commit * ratio,
