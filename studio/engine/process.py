@@ -330,10 +330,41 @@ def release_memory() -> None:
         trim(0)
 
 
+def keep_from_forks(*connections: Any) -> None:
+    """In every process forked from this one (vLLM's engine core is), close the studio's pipes and stop
+    writing this process's log: only this process talks to the studio, a child holding the pipes open
+    would hide this process's exit, and two writers would tangle the rotating log. The child's own output
+    still reaches ``engine.out`` through stdout and stderr."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    kept = [(c.fileno(), _identity(c.fileno())) for c in connections]
+    handlers = list(logging.getLogger().handlers)
+
+    def in_child() -> None:
+        for fd, identity in kept:
+            if _identity(fd) == identity:  # the same pipe, not a later file given the same number
+                os.close(fd)
+        root = logging.getLogger()
+        for handler in handlers:
+            root.removeHandler(handler)
+        root.addHandler(logging.StreamHandler(sys.stderr))
+
+    os.register_at_fork(after_in_child=in_child)
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def engine_main(requests: Any, events: Any, log_path: str) -> None:
     """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
     configure_allocator()
     output = setup_logging(log_path)
+    keep_from_forks(requests, events)
     log.info("engine starting (pid %d, protocol %d)", os.getpid(), PROTOCOL_VERSION)
     engine = Engine(events)
     asr = AsrService(engine.send)  # transcripts on their own thread: takes keep streaming meanwhile

@@ -27,7 +27,7 @@ from studio.request import Mode
 from studio.tts.chunk_scheduler import ChunkCancelled
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import load_model_folder_beside, load_spk2info
-from studio.tts.memory import enforce_budget, plan_budget, take_state_bytes
+from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
 from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
 from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
@@ -47,13 +47,13 @@ def voices_dir(model_dir: Path) -> Path:
     return user_dir(envs.DATA_DIR, "user_data_dir") / "voices" / f"{model_dir.name}-{key}"
 
 
-def _vllm_factory():
-    """H7's `create_vllm_backend`, or a clear error when the vLLM backend cannot be imported."""
+def _vllm_backend_module():
+    """`studio.tts.llm.vllm.backend`, or a clear error when the vLLM backend cannot be imported."""
     try:
-        from studio.tts.llm.vllm.backend import create_vllm_backend
+        from studio.tts.llm.vllm import backend
     except ImportError as exc:
         raise BackendUnavailableError(f"vLLM backend not available: {exc}") from exc
-    return create_vllm_backend
+    return backend
 
 
 @dataclass
@@ -85,30 +85,35 @@ class CosyVoice2:
         ``load_jit`` / ``load_trt`` are accepted so upstream code runs unchanged, but this runtime has no
         TorchScript or TensorRT path: they log a warning and the PyTorch modules run (on CUDA the flow
         estimator replays CUDA graphs instead). ``load_vllm`` needs the vLLM backend (`BackendUnavailableError`
-        otherwise, before any weights load); ``vllm_options`` go to its engine. ``fp16`` is CUDA only.
-        On CUDA, ``vram_budget_gb`` (0: 80% of the free memory; negative: no budget, the vLLM options as
-        given) sizes vLLM's share, the flow's arena and the takes admitted at once
-        (`studio.tts.device.vram_budget`).
-        """
+        otherwise, before any weights load); ``vllm_options`` go to its engine, which starts first (the
+        weights load meanwhile, once it has forked). ``fp16`` is CUDA only. On CUDA, ``vram_budget_gb``
+        (0: 80% of the free memory; negative: no budget, the vLLM options as given) sizes vLLM's share,
+        its KV cache, the flow's arena and the takes admitted at once."""
         if load_jit or load_trt:
             log.warning(
                 "load_jit/load_trt are not supported by this runtime (no TorchScript or TensorRT path); "
                 "running the PyTorch modules"
             )
         self.model_dir = Path(model_dir)
-        create_vllm_backend = _vllm_factory() if load_vllm else None  # fail fast, before loading weights
+        vllm = _vllm_backend_module() if load_vllm else None  # fail fast, before loading weights
         self.vram_plan = None
         self.take_gate: TakeGate | None = None  # admits takes by the memory their states will need
         budget = vram_budget_gb or None  # 0: the default share of the free memory
 
-        def start_vllm(llm):  # on this thread, while the flow, HiFT and frontend load on another
-            if llm.speech_embedding.weight.is_cuda and vram_budget_gb >= 0:
-                self.vram_plan = plan_budget(self.model_dir, llm, budget, True, loaded_rest=False)
-                vllm_options["gpu_memory_utilization"] = self.vram_plan.gpu_memory_utilization
-            return create_vllm_backend(llm, self.model_dir, **vllm_options)
+        def start_vllm(skeleton, device):  # on this thread, before this process touches CUDA
+            if device.type == "cuda" and vram_budget_gb >= 0:
+                self.vram_plan, sizes = plan_before_vllm(
+                    self.model_dir, skeleton, device, budget, fp16, vllm_options
+                )
+                vllm_options.update(sizes)  # vLLM's share of the card and its KV cache's bytes
+            return vllm.create_vllm_backend(skeleton, self.model_dir, **vllm_options)
 
         self.model, backend = load_model_folder_beside(
-            self.model_dir, fp16=fp16, beside=start_vllm if create_vllm_backend is not None else None
+            self.model_dir,
+            fp16=fp16,
+            beside=start_vllm if vllm is not None else None,
+            beside_forks=vllm is not None and vllm.engine_forks,
+            lm_backbone=vllm is None,  # vLLM runs the transformer: only the embeddings load here
         )
         self.fp16 = self.model.fp16
         self.sample_rate = self.model.config.sample_rate
@@ -120,15 +125,13 @@ class CosyVoice2:
         if backend is not None:
             self.backend = backend
             self.backend_name = "vllm"
-            freed = self.model.llm.drop_backbone()  # vLLM runs the transformer; the embeddings stay here
-            log.info("vLLM runs the LM: freed the PyTorch copy of its layers (%.0f MB)", freed / 2**20)
         else:
             from studio.tts.llm.torch_backend import TorchTokenBackend
 
             self.backend = TorchTokenBackend(self.model.llm)
             self.backend_name = "pytorch"
             if self.model.device.type == "cuda" and vram_budget_gb >= 0:
-                self.vram_plan = plan_budget(self.model_dir, self.model.llm, budget, False, loaded_rest=True)
+                self.vram_plan = plan_budget(self.model.device, budget)
         if self.vram_plan is not None:
             self.take_gate = enforce_budget(self.vram_plan, self.model)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import threading
 from collections.abc import Callable
@@ -33,11 +34,14 @@ from studio.model_layout import (
     missing_files,
 )
 from studio.tts.config import ModelConfig, read_config
+from studio.tts.device.fork_gate import ForkGate
 from studio.tts.errors import ConfigError, MissingModelFileError, ModelFolderError
+from studio.tts.llm.model import BACKBONE_LAYERS
 
 log = logging.getLogger(__name__)
 
 _LISTED = 4  # how many keys an error message lists before "and N more"
+LOAD_THREAD = "load-weights"  # loads the weights while vLLM starts on the caller's thread
 
 
 @dataclass
@@ -173,12 +177,26 @@ def _open(path: Path, what: str, factory):
         raise ModelFolderError(path, f"cannot be loaded as {what}: {_first_line(exc, 300)}") from exc
 
 
-def load_llm(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
-    """Build Qwen2LM on the meta device (no memory for random weights), then take llm.pt's tensors."""
-    path = model_dir / LLM_FILE
+def llm_skeleton(model_dir: Path, config: ModelConfig) -> torch.nn.Module:
+    """Qwen2LM built on the meta device: its config and shapes, no memory and no weights."""
     with torch.device("meta"):
-        llm = _build(config, "llm", path)
-    state = read_state_dict(path, device)
+        return _build(config, "llm", model_dir / LLM_FILE)
+
+
+def load_llm(
+    model_dir: Path, config: ModelConfig, device: torch.device, backbone: bool = True
+) -> torch.nn.Module:
+    """Build Qwen2LM on the meta device (no memory for random weights), then take llm.pt's tensors.
+
+    ``backbone=False`` (vLLM runs the transformer) leaves its layers out: only the embeddings and the
+    speech head are read (from a memory map) and moved to the device."""
+    path = model_dir / LLM_FILE
+    llm = llm_skeleton(model_dir, config)
+    if backbone:
+        state = read_state_dict(path, device)
+    else:
+        llm.drop_backbone()
+        state = {k: v for k, v in _read_mapped(path).items() if not k.startswith(BACKBONE_LAYERS)}
     load_strict(llm, state, path, assign=True)
     llm.float()
     llm.materialize_buffers()
@@ -250,11 +268,20 @@ def _check_onnx(path: Path, what: str) -> None:
         raise ModelFolderError(path, f"is not {what}: the ONNX file holds no graph")
 
 
+def _zipped(path: Path) -> bool:
+    """Whether ``path`` is in torch's zip format (memory maps need it; old files are pickles)."""
+    with path.open("rb") as file:
+        return file.read(4) == b"PK\x03\x04"
+
+
+def _read_mapped(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict on the CPU, memory-mapped where the format allows: tensors are read when used."""
+    return _load_state_dict(path, map_location="cpu", mmap=_zipped(path))
+
+
 def _read_state_dict_shapes(path: Path) -> dict[str, torch.Tensor]:
     """The state dict's names, shapes and dtypes as meta tensors, memory-mapped: no tensor data is read."""
-    with path.open("rb") as file:
-        zipped = file.read(4) == b"PK\x03\x04"  # mmap needs torch's zip format (old files are pickles)
-    return _load_state_dict(path, map_location="meta", mmap=zipped)
+    return _load_state_dict(path, map_location="meta", mmap=_zipped(path))
 
 
 def validate_folder(model_dir: str | Path) -> Path:
@@ -331,52 +358,68 @@ def load_model_folder_beside(
     *,
     device: torch.device | str | None = None,
     fp16: bool = False,
-    beside: Callable[[torch.nn.Module], Any] | None = None,
+    beside: Callable[[torch.nn.Module, torch.device], Any] | None = None,
+    beside_forks: bool | Callable[[torch.device], bool] = False,
+    lm_backbone: bool = True,
 ) -> tuple[ModelParts, Any]:
-    """Load the folder; once the LM is loaded, ``beside(llm)`` runs on this thread (starting vLLM) while
-    the flow, HiFT and the frontend load on another. Returns the parts and what ``beside`` returned.
-    Errors of either side are raised here, after both have ended."""
+    """Load the folder while ``beside(skeleton, device)`` runs on this thread (starting vLLM); return the
+    parts and what ``beside`` returned.
+
+    ``skeleton`` is the LM built on the meta device: its config and shapes, no weights (vLLM exports and
+    runs its own copy). The weights (LM, flow, HiFT, frontend) load on another thread meanwhile. With
+    ``beside_forks`` (vLLM will fork its engine-core process; a callable is asked with the device) that
+    thread waits until this one has forked (`ForkGate`), so this process touches CUDA only after the fork
+    and vLLM need not spawn a new interpreter. ``lm_backbone=False`` leaves the LM's transformer layers out (`load_llm`). Errors of
+    either side are raised here, after both have ended."""
     model_dir = check_folder(model_dir)
+    if beside_forks:  # torch.cuda.is_available() through NVML: a CUDA runtime call would poison the fork
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     device = torch.device(device) if device is not None else default_device()
     if fp16 and device.type != "cuda":
         log.info("fp16 needs a CUDA device; running in float32 on %s", device)
         fp16 = False
     config = read_folder_config(model_dir)
-    llm = load_llm(model_dir, config, device)
-    if fp16:
-        llm.half()
+    forks = beside_forks(device) if callable(beside_forks) else beside_forks
+    gate = ForkGate(armed=beside is not None and forks)
     loaded: dict[str, Any] = {}
 
-    def load_rest() -> None:
+    def load_weights() -> None:
         try:
+            gate.wait()
+            llm = load_llm(model_dir, config, device, backbone=lm_backbone)
             flow = load_flow(model_dir, config, device)
             hift = load_hift(model_dir, config, device)
             if fp16:
+                llm.half()
                 flow.half()
             if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
                 # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU:
                 # replaying captured graphs makes them several times faster with identical output.
                 attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
-            loaded.update(flow=flow, hift=hift, frontend=load_frontend(model_dir, device))
+            loaded.update(llm=llm, flow=flow, hift=hift, frontend=load_frontend(model_dir, device))
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             loaded["error"] = exc
 
     result = None
     if beside is None:
-        load_rest()
+        load_weights()
     else:
-        worker = threading.Thread(target=load_rest, name="load-flow-hift-frontend", daemon=True)
+        skeleton = llm_skeleton(model_dir, config)
+        worker = threading.Thread(target=load_weights, name=LOAD_THREAD, daemon=True)
         worker.start()
         try:
-            result = beside(llm)
+            result = beside(skeleton, device)
         finally:
+            if forks and not gate.is_open():
+                log.info("vLLM started without forking here; the weights load after it")
+            gate.open()
             worker.join()
     if "error" in loaded:
         raise loaded["error"]
     parts = ModelParts(
         model_dir=model_dir,
         config=config,
-        llm=llm,
+        llm=loaded["llm"],
         flow=loaded["flow"],
         hift=loaded["hift"],
         frontend=loaded["frontend"],

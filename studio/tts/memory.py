@@ -1,6 +1,6 @@
-"""The runtime's GPU memory: the VRAM budget planned once the LM is loaded (before vLLM starts, so vLLM
-gets its share), then enforced on the loaded model (this process's cap, the flow arena, the take gate);
-and what one take's flow state will hold."""
+"""The runtime's GPU memory: the VRAM budget, planned before vLLM starts (and before this process loads
+anything, so vLLM gets its share) or, without vLLM, once everything is loaded; then enforced on the loaded
+model (this process's cap, the flow arena, the take gate); and what one take's flow state will hold."""
 
 from __future__ import annotations
 
@@ -19,15 +19,31 @@ log = logging.getLogger(__name__)
 STATE_STEPS = 10  # Euler steps whose keys/values a take's flow state keeps (the runtime's n_timesteps)
 
 
-def plan_budget(
-    model_dir: Path, llm, budget_gb: float | None, with_vllm: bool, loaded_rest: bool
-) -> VramPlan:
-    """The plan from what is resident now: the LM (less its layers when vLLM will run them) and, unless
-    ``loaded_rest``, the flow and HiFT still loading (their files' sizes)."""
-    device = next(llm.parameters()).device
-    pending = 0 if loaded_rest else sum((model_dir / name).stat().st_size for name in (FLOW_FILE, HIFT_FILE))
-    dropped = llm.backbone_bytes() if with_vllm else 0  # freed once vLLM runs the LM's layers
-    return plan_for_device(device, budget_gb, with_vllm, dropped - pending)
+def plan_budget(device, budget_gb: float | None) -> VramPlan:
+    """The plan of the PyTorch backend, from what is resident once everything has loaded."""
+    return plan_for_device(device, budget_gb, with_vllm=False)
+
+
+def plan_before_vllm(
+    model_dir: Path, skeleton, device, budget_gb: float | None, fp16: bool, vllm_options: dict
+) -> tuple[VramPlan, dict]:
+    """The plan made before vLLM starts and before this process loads anything (NVML answers: CUDA stays
+    untouched, so vLLM can fork), and vLLM's options that size it: ``gpu_memory_utilization`` and the
+    bytes of its KV cache. Resident: the LM without its layers
+    (vLLM runs them) in the dtype it will run, and flow.pt and hift.pt at their files' sizes; ``skeleton``
+    is the LM on the meta device. vLLM's share is never more than it can use (`VllmMemory.need`)."""
+    from studio.tts.llm.vllm.memory import vllm_memory
+
+    kept = sum(p.numel() for p in skeleton.parameters()) - skeleton.backbone_bytes() // 4  # meta: float32
+    pending = sum((model_dir / name).stat().st_size for name in (FLOW_FILE, HIFT_FILE))
+    resident = kept * (2 if fp16 else 4) + pending
+    memory = vllm_memory(skeleton, **vllm_options)
+    plan = plan_for_device(device, budget_gb, True, resident=resident, vllm_need=memory.need)
+    sizes = {
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "kv_cache_memory_bytes": memory.kv_cache_bytes(plan.vllm),
+    }
+    return plan, sizes
 
 
 def enforce_budget(plan: VramPlan, parts) -> TakeGate:

@@ -151,31 +151,119 @@ def test_read_only_folder_synthesises_and_saves_voices_elsewhere(
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def test_vllm_can_start_while_the_flow_hift_and_frontend_load(tiny_model_dir):
+def test_vllm_starts_on_a_weightless_skeleton_while_the_weights_load(tiny_model_dir):
     import threading
 
-    from studio.tts.loader import load_model_folder_beside
+    from studio.tts.loader import LOAD_THREAD, load_model_folder_beside
 
     seen = {}
 
-    def beside(llm):
-        seen["llm"] = llm
-        seen["loading"] = [t.name for t in threading.enumerate() if t.name == "load-flow-hift-frontend"]
+    def beside(skeleton, device):
+        seen["skeleton"], seen["device"] = skeleton, device
+        seen["loading"] = [t.name for t in threading.enumerate() if t.name == LOAD_THREAD]
         return "backend"
 
     parts, result = load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside)
-    assert result == "backend" and seen["llm"] is parts.llm and seen["loading"] == ["load-flow-hift-frontend"]
+    skeleton = seen["skeleton"]
+    assert result == "backend" and seen["device"] == torch.device("cpu") and seen["loading"] == [LOAD_THREAD]
+    assert all(p.is_meta for p in skeleton.parameters()) and skeleton is not parts.llm
+    assert skeleton.llm.model.config.to_dict() == parts.llm.llm.model.config.to_dict()
+    assert list(skeleton.stop_token_ids) == list(parts.llm.stop_token_ids)
+    assert not any(p.is_meta for p in parts.llm.parameters())
     assert parts.flow is not None and parts.hift is not None and parts.frontend is not None
 
 
 def test_a_failure_beside_the_loading_waits_for_it_and_is_raised(tiny_model_dir):
     import threading
 
-    from studio.tts.loader import load_model_folder_beside
+    from studio.tts.loader import LOAD_THREAD, load_model_folder_beside
 
-    def beside(_llm):
+    def beside(_skeleton, _device):
         raise RuntimeError("vLLM failed to start")
 
-    with pytest.raises(RuntimeError, match="vLLM failed"):
-        load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside)
-    assert not [t for t in threading.enumerate() if t.name == "load-flow-hift-frontend"]
+    for forks in (False, True):  # a start that fails before it forks must not leave the weights waiting
+        with pytest.raises(RuntimeError, match="vLLM failed"):
+            load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside, beside_forks=forks)
+        assert not [t for t in threading.enumerate() if t.name == LOAD_THREAD]
+
+
+def _record_loads(monkeypatch) -> list[float]:
+    import time
+
+    from studio.tts import loader
+
+    calls: list[float] = []
+    real = loader.load_llm
+
+    def recording(*args, **kwargs):
+        calls.append(time.monotonic())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "load_llm", recording)
+    return calls
+
+
+def test_when_vllm_forks_the_weights_load_only_after_the_fork(tiny_model_dir, monkeypatch):
+    import multiprocessing
+    import time
+
+    from studio.tts.loader import load_model_folder_beside
+
+    calls = _record_loads(monkeypatch)
+    seen = {}
+
+    def beside(_skeleton, _device):  # vLLM's start: the engine core is forked from this thread
+        time.sleep(0.5)
+        seen["loads_before_fork"] = list(calls)
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+        seen["fork"] = time.monotonic()
+        child.start()
+        child.join()
+        time.sleep(0.5)
+        return "backend"
+
+    parts, _ = load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside, beside_forks=True)
+    assert seen["loads_before_fork"] == [] and len(calls) == 1 and calls[0] > seen["fork"]
+    assert parts.flow is not None
+
+
+def test_a_fork_of_another_thread_does_not_let_the_weights_start(tiny_model_dir, monkeypatch):
+    import os
+    import threading
+    import time
+
+    from studio.tts.loader import load_model_folder_beside
+
+    calls = _record_loads(monkeypatch)
+    seen = {}
+
+    def fork_elsewhere() -> None:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+    def beside(_skeleton, _device):  # vLLM never forks from here (say it spawned): weights load after it
+        other = threading.Thread(target=fork_elsewhere)
+        other.start()
+        other.join()
+        time.sleep(0.3)
+        seen["end"] = time.monotonic()
+        seen["loads"] = list(calls)
+        return "backend"
+
+    load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside, beside_forks=True)
+    assert seen["loads"] == [] and len(calls) == 1 and calls[0] >= seen["end"]
+
+
+def test_without_its_backbone_the_lm_keeps_its_embeddings_and_head(tiny_model_dir):
+    from studio.tts.loader import load_llm, read_folder_config
+
+    config = read_folder_config(tiny_model_dir)
+    full = load_llm(tiny_model_dir, config, torch.device("cpu"))
+    lean = load_llm(tiny_model_dir, config, torch.device("cpu"), backbone=False)
+    assert len(lean.llm.model.model.layers) == 0 and len(full.llm.model.model.layers) > 0
+    kept = lean.state_dict()
+    assert kept and all(torch.equal(tensor, full.state_dict()[name]) for name, tensor in kept.items())
+    text, speech = [1, 2, 3], [4, 5]
+    assert torch.equal(lean.build_prompt_embeds(text, [7], speech), full.build_prompt_embeds(text, [7], speech))

@@ -11,9 +11,12 @@ engine.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from studio import envs
+
+log = logging.getLogger(__name__)
 
 GIB = 2**30
 DEFAULT_SHARE_OF_FREE = 0.8  # what the studio takes of the free memory when no budget is given
@@ -66,8 +69,12 @@ def default_budget(free: int) -> int:
     return int(free * DEFAULT_SHARE_OF_FREE)
 
 
-def plan_vram(budget: int, total: int, resident: int, with_vllm: bool) -> VramPlan:
-    """Split ``budget`` bytes; raises VramBudgetError when it cannot hold the model and one take."""
+def plan_vram(
+    budget: int, total: int, resident: int, with_vllm: bool, vllm_need: int | None = None
+) -> VramPlan:
+    """Split ``budget`` bytes; raises VramBudgetError when it cannot hold the model and one take.
+    ``vllm_need``: the most vLLM can use (its weights, runtime and a KV cache for every sequence at
+    full length): its share is never larger, and what it leaves goes to the flow."""
     if budget <= 0:
         raise VramBudgetError("the VRAM budget must be positive")
     if budget > total:
@@ -75,6 +82,8 @@ def plan_vram(budget: int, total: int, resident: int, with_vllm: bool) -> VramPl
             f"a VRAM budget of {budget / GIB:.1f} GiB is more than the card's {total / GIB:.1f} GiB"
         )
     vllm = int(min(max(budget * VLLM_SHARE, VLLM_MIN), VLLM_MAX)) if with_vllm else 0
+    if with_vllm and vllm_need is not None:
+        vllm = min(vllm, int(vllm_need))
     reserve = OUTSIDE_ALLOCATOR + ALLOCATOR_SLACK
     rest = budget - vllm - resident - int(reserve)
     if rest < 512 * 2**20:
@@ -91,15 +100,40 @@ def plan_vram(budget: int, total: int, resident: int, with_vllm: bool) -> VramPl
     return VramPlan(budget, total, resident, vllm, arena, rest - arena)
 
 
-def plan_for_device(device, budget_gb: float | None, with_vllm: bool, freed_later: int = 0) -> VramPlan:
-    """The plan on a CUDA ``device`` now (``budget_gb`` None: the default share of free memory);
-    ``freed_later``: resident bytes about to go (the LM's layers once vLLM runs them)."""
+def plan_for_device(
+    device,
+    budget_gb: float | None,
+    with_vllm: bool,
+    resident: int | None = None,
+    vllm_need: int | None = None,
+) -> VramPlan:
+    """The plan on a CUDA ``device`` now (``budget_gb`` None: the default share of free memory).
+    ``resident``: the bytes this process holds or is about to load (None: what PyTorch holds now)."""
     import torch
 
-    device = _indexed(device)
-    free, total = torch.cuda.mem_get_info(device)
+    free, total = device_memory(device)
     budget = default_budget(free) if budget_gb is None else int(budget_gb * GIB)
-    return plan_vram(budget, total, max(0, torch.cuda.memory_allocated(device) - freed_later), with_vllm)
+    if resident is None:
+        resident = torch.cuda.memory_allocated(_indexed(device))
+    return plan_vram(budget, total, resident, with_vllm, vllm_need)
+
+
+def device_memory(device) -> tuple[int, int]:
+    """(free, total) bytes of a CUDA device. Through NVML while this process has not initialised CUDA (a
+    CUDA call now would make vLLM spawn its engine process instead of forking it), else through CUDA."""
+    import torch
+
+    device = torch.device(device)
+    if not torch.cuda.is_initialized():
+        try:
+            import pynvml
+
+            handle = torch.cuda._get_pynvml_handler(device.index or 0)  # honours CUDA_VISIBLE_DEVICES
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            return int(info.free), int(info.total)
+        except Exception as exc:  # noqa: BLE001 - no NVML, or a torch without the helper: ask CUDA
+            log.info("NVML cannot read the GPU's memory (%s); asking CUDA", exc)
+    return torch.cuda.mem_get_info(_indexed(device))
 
 
 def cap_process(plan: VramPlan, device) -> None:

@@ -26,6 +26,8 @@ from studio.tts.llm.sampling import RasSampling
 if TYPE_CHECKING:
     from transformers import Qwen2Config
 
+BACKBONE_LAYERS = "llm.model.model.layers."  # the transformer layers' keys in llm.pt (`drop_backbone`)
+
 
 class _CudnnAttentionOff:
     """Keep cuDNN attention off while any decode step runs: it builds a new graph for every KV length.

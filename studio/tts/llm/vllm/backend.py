@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
 import secrets
 import threading
@@ -319,8 +320,22 @@ def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
     )
 
 
+def engine_forks(device: torch.device) -> bool:
+    """Whether vLLM will fork its engine-core process from this one on ``device``: its way on CUDA while
+    this process has not initialised CUDA; not on a CPU (vLLM spawns there), not when its engine runs in
+    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or it is told to spawn."""
+    return (
+        device.type == "cuda"
+        and hasattr(os, "register_at_fork")
+        and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        and os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "fork") == "fork"
+    )
+
+
 def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
     """Start a vLLM `LLMEngine` on an exported folder (the plugin registers our architecture)."""
+    # A desktop studio sends nothing home; vLLM's usage report would also fork a probe of the GPU.
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     try:
         from vllm import LLMEngine
     except ImportError as exc:
