@@ -127,6 +127,12 @@ FLOW_ARENA_SHARE = _define(
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )
+VLLM_COMPILE = _define(
+    "STUDIO_VLLM_COMPILE",
+    "1",
+    "vLLM compiles the LM with torch.compile (0: vLLM's own kernels replayed in CUDA graphs, nothing compiled)",
+    speed=True,
+)
 CUDA_GRAPHS = _define(
     "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
 )

@@ -132,6 +132,30 @@ S11)  # stop 14, third machine start, no vLLM needed (one call, carry [".whl"]):
     grep -E "^(PASS|FAIL)|rror" "$out/scheduler-check-warmup$n.log" | cut -c1-220
   done
   ;;
+S12)  # stop 15 (fast start), after the five part-copy calls: install, then one engine start per process:
+      # cold (vLLM's compile cache empty), warm, warm without torch.compile, warm with vLLM made to spawn
+  install
+  start_profile() {  # $1: tag, rest: environment (VAR=value ...)
+    local name=$1
+    shift
+    env "$@" timeout 170 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start-$name.json" \
+      >"$out/start-$name.log" 2>&1
+    grep -E "time_to_ready_s|process_start_to_ready|\"at_s|rror" "$out/start-$name.log" | head -6 | cut -c1-200
+    grep -E "studio\.|took|seconds|Loading weights|Memory profiling|Graph capturing|init engine|compil|KV cache" \
+      "$out/start-$name.log" | cut -c1-240 >"$out/start-$name.timeline"
+  }
+  start_profile cold STUDIO_VLLM_COMPILE=1
+  start_profile warm STUDIO_VLLM_COMPILE=1
+  start_profile no-compile STUDIO_VLLM_COMPILE=0
+  start_profile spawn STUDIO_VLLM_COMPILE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
+  ;;
+S13)  # same warm machine: every level with the new start (fork, KV cache bytes from the budget)
+  budget_bench stop15-c1-4-16-32-64 540 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S14)  # same warm machine: without torch.compile at 1, 16 and 64 streams, then the 24 GiB budget
+  STUDIO_VLLM_COMPILE=0 budget_bench stop15-no-compile-c1-16-64 330 --warmup-rounds 2 --concurrency 1,16,64
+  budget_bench stop15-budget24-c16-32 230 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,7 +386,9 @@ def load_model_folder_beside(
 
     def load_weights() -> None:
         try:
+            waited = time.perf_counter()
             gate.wait()
+            start = time.perf_counter()
             llm = load_llm(model_dir, config, device, backbone=lm_backbone)
             flow = load_flow(model_dir, config, device)
             hift = load_hift(model_dir, config, device)
@@ -397,6 +400,8 @@ def load_model_folder_beside(
                 # replaying captured graphs makes them several times faster with identical output.
                 attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
             loaded.update(llm=llm, flow=flow, hift=hift, frontend=load_frontend(model_dir, device))
+            log.info("weights loaded in %.1f s, after %.1f s waiting for vLLM's fork", time.perf_counter() - start,
+                     start - waited)  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             loaded["error"] = exc
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from studio import envs
 from studio.tts.errors import BackendUnavailableError
 from studio.tts.llm.backend import check_prompt_embeds
 from studio.vllm_options import VLLM_DEFAULTS
@@ -309,6 +310,9 @@ def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
     from studio.tts.llm.vllm.sampling import PROCESSOR_PATH
 
     options = {**DEFAULT_VLLM_OPTIONS, **{k: v for k, v in vllm_options.items() if v is not None}}
+    if not envs.VLLM_COMPILE.enabled() and not options.get("enforce_eager"):
+        # No torch.compile (its cold start took 20-24 s on the H200); decode steps still replay graphs.
+        options.setdefault("compilation_config", {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})
     return EngineArgs(
         model=str(model_path),
         skip_tokenizer_init=True,
@@ -385,7 +389,9 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     dtype = resolve_dtype(requested, weights_dtype(llm_pt))
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
     export_dir = export_for_vllm(llm_pt, llm.llm.model.config.to_dict(), dtype=dtype)
+    started = time.perf_counter()
     engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+    log.info("vLLM engine ready in %.1f s", time.perf_counter() - started)
     run_dtype = engine.model_config.dtype if hasattr(engine, "model_config") else getattr(torch, dtype)
     return VllmTokenBackend(
         engine,

@@ -1,0 +1,82 @@
+"""Where one engine start goes (issue 11, fast start), from the process's first line to its first take.
+
+One fresh process per run (a second engine in one process is not a start): imports, vLLM's fork of its
+engine core (or its absence: spawned), our weights, vLLM ready, warm-up. Logs at INFO with
+milliseconds since this process began on stderr (vLLM's own lines: its weights, compile, graphs).
+
+    python3 scripts/gpu/start_profile.py --model /tmp/full --json OUT.json [--vram-budget GIB]
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+FORKS: list[dict] = []
+
+
+def _since() -> float:
+    return round(time.perf_counter() - T0, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--vram-budget", type=float, default=0.0)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(relativeCreated)8.0f ms %(process)d %(threadName)s %(name)s: %(message)s",
+    )  # fmt: skip
+    os.register_at_fork(
+        after_in_parent=lambda: FORKS.append({"at_s": _since(), "thread": threading.current_thread().name})
+    )
+    marks = {"python_start_s": 0.0}
+    import torch
+
+    marks["torch_imported_s"] = _since()
+    import vllm
+
+    marks["vllm_imported_s"] = _since()
+    from studio.engine import runner
+    from studio.engine.warmup import warmup_request
+
+    options = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": 8192}
+    loaded = runner.load_model(
+        args.model, "vllm", fp16=True, vllm_options=options, vram_budget_gb=args.vram_budget
+    )
+    marks["loaded_s"] = _since()
+    runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
+    marks["warm_s"] = _since()
+    plan = getattr(loaded.model, "vram_plan", None)
+    result = {
+        "command": " ".join(sys.argv),
+        "backend": loaded.backend,
+        "backend_reason": loaded.backend_reason,
+        "marks": marks,
+        "load_seconds": round(loaded.load_seconds, 3),
+        "time_to_ready_s": round(loaded.load_seconds + marks["warm_s"] - marks["loaded_s"], 3),  # as bench
+        "process_start_to_ready_s": marks["warm_s"],
+        "forks": FORKS,
+        "vram_plan": None if plan is None else plan.describe(),
+        "environment": {k: v for k, v in os.environ.items() if k.startswith(("STUDIO_", "VLLM_"))},
+        "versions": {"torch": torch.__version__, "vllm": vllm.__version__},
+    }
+    print(json.dumps(result, indent=1), flush=True)
+    with open(args.json, "w") as handle:
+        json.dump(result, handle, indent=1)
+    loaded.close()
+
+
+if __name__ == "__main__":
+    main()
