@@ -156,6 +156,20 @@ S14)  # same warm machine: without torch.compile at 1, 16 and 64 streams, then t
   STUDIO_VLLM_COMPILE=0 budget_bench stop15-no-compile-c1-16-64 330 --warmup-rounds 2 --concurrency 1,16,64
   budget_bench stop15-budget24-c16-32 230 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S15)  # stop 15, second machine start, after the five part-copy calls: install, a cold and a warm start
+      # (one process each, the timeline printed), then bench at 1, 16, 64 streams and the 24 GiB budget
+      # (bench no longer initialises CUDA before vLLM starts, so vLLM forks there too)
+  install
+  for name in cold warm; do
+    timeout 170 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start-$name.json" \
+      >/tmp/start-$name.log 2>&1
+    echo "== $name: rc $?"
+    grep -E "^ +[0-9]+ ms|took|Graph capturing|spawn|Traceback|Error|time_to_ready|\"at_s" /tmp/start-$name.log \
+      | grep -v "config:" | cut -c1-200 | tail -25
+  done
+  budget_bench stop15-fork-c1-16-64 260 --warmup-rounds 2 --concurrency 1,16,64
+  budget_bench stop15-fork-budget24-c16-32 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

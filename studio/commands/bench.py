@@ -416,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         "speed_variables": speed_variables_set(),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_device": None,
         "backends": [],
     }
     for backend in args.backends:
@@ -425,6 +425,8 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - one backend failing must not hide the others
             print(f"[{backend}] failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             report["backends"].append({"backend_asked": backend, "error": f"{type(exc).__name__}: {exc}"})
+    # Asked only now: a CUDA call before the engine starts would make vLLM spawn its process, not fork it.
+    report["cuda_device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     print_side_by_side(report["backends"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -381,6 +381,8 @@ def load_model_folder_beside(
         fp16 = False
     config = read_folder_config(model_dir)
     forks = beside_forks(device) if callable(beside_forks) else beside_forks
+    if forks and torch.cuda.is_initialized():
+        log.warning("CUDA was initialised here before vLLM started: vLLM spawns its engine process (slower)")
     gate = ForkGate(armed=beside is not None and forks)
     loaded: dict[str, Any] = {}
 

@@ -125,3 +125,20 @@ def test_synth_to_a_full_disk_keeps_the_take_in_the_recovery_folder(
     (kept,) = recovery_store().list()
     assert kept.duration_s == pytest.approx(2.0, rel=0.05) and str(recovery_store().wav_path(kept.id)) in err
     assert not out.exists()
+
+
+def test_bench_asks_the_gpu_its_name_only_after_the_engines_started(tmp_path, tiny_model_dir, monkeypatch):
+    # A CUDA call before vLLM starts makes vLLM spawn its engine process (~20 s slower) instead of forking.
+    import torch
+
+    from studio.commands import bench
+
+    order = []
+    monkeypatch.setattr(
+        bench, "bench_backend", lambda args, backend: order.append(backend) or {"backend": backend}
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: order.append("cuda") or "GPU")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--json", str(out)]) == 0
+    assert order == ["pytorch", "cuda"] and json.loads(out.read_text())["cuda_device"] == "GPU"

@@ -7,7 +7,7 @@ from safetensors import safe_open
 
 from studio.tts.device.vram_budget import GIB, VramBudgetError, plan_vram
 from studio.tts.llm.vllm.export import export_for_vllm
-from studio.tts.llm.vllm.memory import RUNTIME_BYTES, vllm_memory
+from studio.tts.llm.vllm.memory import KV_GRAIN, RUNTIME_BYTES, VllmMemory, vllm_memory
 from studio.tts.loader import llm_skeleton, read_folder_config
 
 
@@ -22,7 +22,9 @@ def test_the_weights_are_those_of_the_export_vllm_loads(tiny_model_dir, skeleton
         tiny_model_dir / "llm.pt", skeleton.llm.model.config.to_dict(), root=tmp_path, dtype=dtype
     )
     with safe_open(str(folder / "model.safetensors"), "pt") as exported:
-        on_disk = sum(exported.get_tensor(k).numel() * exported.get_tensor(k).element_size() for k in exported.keys())
+        on_disk = sum(
+            exported.get_tensor(k).numel() * exported.get_tensor(k).element_size() for k in exported.keys()
+        )
     memory = vllm_memory(skeleton, dtype=dtype, max_num_seqs=4, max_model_len=512)
     assert memory.weights == on_disk
     config = skeleton.llm.model.config
@@ -47,3 +49,12 @@ def test_what_vllm_cannot_use_goes_to_the_flow():
     assert uncapped.vllm > 4 * GIB and capped.vllm == 4 * GIB
     assert capped.flow_arena + capped.takes == uncapped.flow_arena + uncapped.takes + uncapped.vllm - 4 * GIB
     assert plan_vram(48 * GIB, 140 * GIB, GIB, True, vllm_need=100 * GIB).vllm == uncapped.vllm
+
+
+def test_a_share_that_follows_the_free_memory_gives_the_same_kv_cache():
+    # Full-size figures (bf16): vLLM's compile cache is keyed by the KV bytes, so a 5090's budget moving
+    # with the desktop's memory must not change them at every start.
+    memory = VllmMemory(weights=int(0.69 * GIB), kv_per_token=12288, max_model_len=4096, kv_need=3 * GIB)
+    sizes = {memory.kv_cache_bytes(int(share * GIB)) for share in (3.50, 3.55, 3.60, 3.65)}
+    assert sizes == {int(1.5 * GIB)} and int(1.5 * GIB) % KV_GRAIN == 0
+    assert memory.kv_cache_bytes(8 * GIB) == 3 * GIB  # what every sequence needs: not rounded

@@ -19,6 +19,10 @@ from studio.vllm_options import VLLM_DEFAULTS
 # vLLM's engine beside its weights and KV cache: its CUDA context, cuBLAS workspaces, the activations of
 # its profiling step (max_num_batched_tokens) and its CUDA graphs.
 RUNTIME_BYTES = int(1.25 * GIB)
+# vLLM's compile cache is keyed by its cache config, the KV bytes included: a share that follows the
+# card's free memory is rounded down to this grain, so a start with a little more or less free memory
+# finds the compiled LM of the last one (a miss costs ~17 s of torch.compile on the H200).
+KV_GRAIN = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -36,9 +40,11 @@ class VllmMemory:
         return self.weights + RUNTIME_BYTES + self.kv_need
 
     def kv_cache_bytes(self, share: int) -> int:
-        """The KV cache vLLM gets from its ``share`` of the budget; VramBudgetError when that cannot hold
-        one sequence of ``max_model_len`` tokens."""
+        """The KV cache vLLM gets from its ``share`` of the budget (rounded down to `KV_GRAIN`); a
+        VramBudgetError when that cannot hold one sequence of ``max_model_len`` tokens."""
         kv = min(self.kv_need, share - self.weights - RUNTIME_BYTES)
+        if kv < self.kv_need and kv >= KV_GRAIN:
+            kv -= kv % KV_GRAIN
         one = self.kv_per_token * self.max_model_len
         if kv < one:
             raise VramBudgetError(
