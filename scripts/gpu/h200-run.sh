@@ -170,6 +170,17 @@ S15)  # stop 15, second machine start, after the five part-copy calls: install, 
   budget_bench stop15-fork-c1-16-64 260 --warmup-rounds 2 --concurrency 1,16,64
   budget_bench stop15-fork-budget24-c16-32 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S16)  # stop 15, third machine start (little device time left): install, then a cold start (first export
+      # written by a spawned process now) and a warm one, one process each
+  install
+  for name in cold warm; do
+    timeout 110 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start16-$name.json" \
+      >/tmp/start-$name.log 2>&1
+    echo "== $name: rc $?"
+    grep -E "^ +[0-9]+ ms|init engine|spawn|Traceback|Error|time_to_ready|\"at_s" /tmp/start-$name.log \
+      | grep -v "config:" | cut -c1-200 | tail -14
+  done
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

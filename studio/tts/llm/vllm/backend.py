@@ -378,17 +378,20 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
 
     `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
     The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
-    it explicitly, so the weights vLLM loads are already in the dtype it runs.
+    it explicitly, so the weights vLLM loads are already in the dtype it runs. When vLLM will fork
+    its engine core from this process, a first export is written by another process (`export_apart`).
     """
     import torch
 
-    from studio.tts.llm.vllm.export import export_for_vllm, weights_dtype
+    from studio.tts.llm.vllm import export
 
     llm_pt = Path(model_dir) / "llm.pt"
     requested = vllm_options.get("dtype") or DEFAULT_VLLM_OPTIONS["dtype"]
-    dtype = resolve_dtype(requested, weights_dtype(llm_pt))
+    dtype = resolve_dtype(requested, export.weights_dtype(llm_pt))
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
-    export_dir = export_for_vllm(llm_pt, llm.llm.model.config.to_dict(), dtype=dtype)
+    forks = engine_forks(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # NVML's answer
+    write = export.export_apart if forks else export.export_for_vllm  # keep this process fit to fork
+    export_dir = write(llm_pt, llm.llm.model.config.to_dict(), dtype=dtype)
     started = time.perf_counter()
     engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
     log.info("vLLM engine ready in %.1f s", time.perf_counter() - started)

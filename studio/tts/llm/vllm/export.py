@@ -135,10 +135,7 @@ def export_for_vllm(
     """
     dtype = dtype_name(dtype) if dtype is not None else None
     llm_pt = Path(llm_pt)
-    if not llm_pt.is_file():
-        raise VllmExportError(f"llm.pt not found: {llm_pt}")
-    base = Path(root) if root is not None else cache_root() / "vllm-export"
-    target = base / f"{export_key(llm_pt, qwen2_config, base, dtype)}-v{EXPORTER_VERSION}"
+    base, target = _target(llm_pt, qwen2_config, root, dtype)
     if (target / STAMP_FILE).is_file():
         return target
     base.mkdir(parents=True, exist_ok=True)
@@ -157,6 +154,37 @@ def export_for_vllm(
         raise VllmExportError(f"could not export {llm_pt} for vLLM into {base}: {exc}") from exc
     shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _target(llm_pt: Path, qwen2_config: dict[str, Any], root, dtype: str | None) -> tuple[Path, Path]:
+    """The export cache's folder and this export's place in it."""
+    if not llm_pt.is_file():
+        raise VllmExportError(f"llm.pt not found: {llm_pt}")
+    base = Path(root) if root is not None else cache_root() / "vllm-export"
+    return base, base / f"{export_key(llm_pt, qwen2_config, base, dtype)}-v{EXPORTER_VERSION}"
+
+
+def export_apart(llm_pt: str | Path, qwen2_config: dict[str, Any], *, dtype: str | None = None) -> Path:
+    """`export_for_vllm`, with the writing (when no export is cached) done in a spawned process.
+
+    Casting 2 GB of weights starts torch's CPU thread pool; vLLM's engine core forked from a process that
+    had run it hung on the H200 (every first start, never once the export was cached). This process stays
+    as it was; the export costs a second interpreter's start (a few seconds) on the first start only."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    name = dtype_name(dtype) if dtype is not None else None
+    _, target = _target(Path(llm_pt), qwen2_config, None, name)
+    if (target / STAMP_FILE).is_file():
+        return target
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+            return pool.submit(export_for_vllm, str(llm_pt), qwen2_config, dtype=name).result()
+    except BrokenProcessPool as exc:
+        raise VllmExportError(
+            f"the process exporting {llm_pt} for vLLM died (out of memory?): {exc}"
+        ) from exc
 
 
 def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path, dtype: str | None) -> None:
