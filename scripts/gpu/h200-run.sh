@@ -171,7 +171,7 @@ S15)  # stop 15, second machine start, after the five part-copy calls: install, 
   budget_bench stop15-fork-budget24-c16-32 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
 S16)  # stop 15, third machine start (little device time left): install, then a cold start (first export
-      # written by a spawned process now) and a warm one, one process each
+      # with the fix then tried: export in a spawned process; since replaced by `spawning`) and a warm one
   install
   for name in cold warm; do
     timeout 110 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start16-$name.json" \

@@ -10,6 +10,7 @@ Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs in a logits proc
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -336,6 +337,28 @@ def engine_forks(device: torch.device) -> bool:
     )
 
 
+@contextlib.contextmanager
+def spawning(spawn: bool = True) -> Iterator[None]:
+    """vLLM spawns (not forks) the processes it starts inside this block when ``spawn``.
+
+    On the H200, an engine core forked right after this process had written the export (2 GB cast on the
+    CPU) hung, twice, at every first start; forked from a process that found its export cached, it never
+    did. Until the cause is known, the one start that writes the export pays the spawn (~18 s there)."""
+    name = "VLLM_WORKER_MULTIPROC_METHOD"
+    saved = os.environ.get(name)
+    if spawn:
+        log.info("first start on this export: vLLM spawns its engine process")
+        os.environ[name] = "spawn"
+    try:
+        yield
+    finally:
+        if spawn:
+            if saved is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = saved
+
+
 def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
     """Start a vLLM `LLMEngine` on an exported folder (the plugin registers our architecture)."""
     # A desktop studio sends nothing home; vLLM's usage report would also fork a probe of the GPU.
@@ -378,8 +401,8 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
 
     `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
     The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
-    it explicitly, so the weights vLLM loads are already in the dtype it runs. When vLLM will fork
-    its engine core from this process, a first export is written by another process (`export_apart`).
+    it explicitly, so the weights vLLM loads are already in the dtype it runs. The start that writes
+    the export has vLLM spawn its engine process (`spawning`); later starts let it fork.
     """
     import torch
 
@@ -389,11 +412,12 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     requested = vllm_options.get("dtype") or DEFAULT_VLLM_OPTIONS["dtype"]
     dtype = resolve_dtype(requested, export.weights_dtype(llm_pt))
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
-    forks = engine_forks(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # NVML's answer
-    write = export.export_apart if forks else export.export_for_vllm  # keep this process fit to fork
-    export_dir = write(llm_pt, llm.llm.model.config.to_dict(), dtype=dtype)
+    config = llm.llm.model.config.to_dict()
+    first_export = export.cached_export(llm_pt, config, dtype=dtype) is None
+    export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
     started = time.perf_counter()
-    engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+    with spawning(first_export):
+        engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
     log.info("vLLM engine ready in %.1f s", time.perf_counter() - started)
     run_dtype = engine.model_config.dtype if hasattr(engine, "model_config") else getattr(torch, dtype)
     return VllmTokenBackend(

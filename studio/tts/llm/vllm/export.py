@@ -164,27 +164,12 @@ def _target(llm_pt: Path, qwen2_config: dict[str, Any], root, dtype: str | None)
     return base, base / f"{export_key(llm_pt, qwen2_config, base, dtype)}-v{EXPORTER_VERSION}"
 
 
-def export_apart(llm_pt: str | Path, qwen2_config: dict[str, Any], *, dtype: str | None = None) -> Path:
-    """`export_for_vllm`, with the writing (when no export is cached) done in a spawned process.
-
-    Casting 2 GB of weights starts torch's CPU thread pool; vLLM's engine core forked from a process that
-    had run it hung on the H200 (every first start, never once the export was cached). This process stays
-    as it was; the export costs a second interpreter's start (a few seconds) on the first start only."""
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-    from multiprocessing import get_context
-
-    name = dtype_name(dtype) if dtype is not None else None
-    _, target = _target(Path(llm_pt), qwen2_config, None, name)
-    if (target / STAMP_FILE).is_file():
-        return target
-    try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            return pool.submit(export_for_vllm, str(llm_pt), qwen2_config, dtype=name).result()
-    except BrokenProcessPool as exc:
-        raise VllmExportError(
-            f"the process exporting {llm_pt} for vLLM died (out of memory?): {exc}"
-        ) from exc
+def cached_export(
+    llm_pt: str | Path, qwen2_config: dict[str, Any], *, dtype: str | None = None
+) -> Path | None:
+    """The export `export_for_vllm` would return, when it is already complete in the cache; else None."""
+    _, target = _target(Path(llm_pt), qwen2_config, None, dtype_name(dtype) if dtype is not None else None)
+    return target if (target / STAMP_FILE).is_file() else None
 
 
 def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path, dtype: str | None) -> None:
