@@ -45,6 +45,16 @@ budget_bench() {  # $1: tag, $2: seconds allowed, rest: extra bench flags (the V
     >"$out/bench-$name.log" 2>&1
   grep -E "^(vllm|pytorch) |ready in|peak|rror" "$out/bench-$name.log" | cut -c1-420
 }
+cold_and_warm_starts() {  # $1: file prefix, $2: seconds allowed per start; one process per start
+  local name
+  for name in cold warm; do
+    timeout "$2" python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/$1-$name.json" \
+      >"/tmp/$1-$name.log" 2>&1
+    echo "== $name: rc $?"
+    grep -E "^ +[0-9]+ ms|took|Graph capturing|spawn|Traceback|Error|time_to_ready|\"at_s" "/tmp/$1-$name.log" \
+      | grep -v "config:" | cut -c1-200 | tail -25
+  done
+}
 case $step in
 S1)  # issue 11 (stop 13), after the four part-copy calls: install, then the chunk scheduler (the default) at
      # every level
@@ -160,26 +170,14 @@ S15)  # stop 15, second machine start, after the five part-copy calls: install, 
       # (one process each, the timeline printed), then bench at 1, 16, 64 streams and the 24 GiB budget
       # (bench no longer initialises CUDA before vLLM starts, so vLLM forks there too)
   install
-  for name in cold warm; do
-    timeout 170 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start-$name.json" \
-      >/tmp/start-$name.log 2>&1
-    echo "== $name: rc $?"
-    grep -E "^ +[0-9]+ ms|took|Graph capturing|spawn|Traceback|Error|time_to_ready|\"at_s" /tmp/start-$name.log \
-      | grep -v "config:" | cut -c1-200 | tail -25
-  done
+  cold_and_warm_starts start 170
   budget_bench stop15-fork-c1-16-64 260 --warmup-rounds 2 --concurrency 1,16,64
   budget_bench stop15-fork-budget24-c16-32 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
 S16)  # stop 15, third machine start (little device time left): install, then a cold start (first export
       # with the fix then tried: export in a spawned process; since replaced by `spawning`) and a warm one
   install
-  for name in cold warm; do
-    timeout 110 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/start16-$name.json" \
-      >/tmp/start-$name.log 2>&1
-    echo "== $name: rc $?"
-    grep -E "^ +[0-9]+ ms|init engine|spawn|Traceback|Error|time_to_ready|\"at_s" /tmp/start-$name.log \
-      | grep -v "config:" | cut -c1-200 | tail -14
-  done
+  cold_and_warm_starts start16 110
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens

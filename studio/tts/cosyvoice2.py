@@ -9,6 +9,7 @@ the generator or sets ``spec.cancel``. Saved voices live in the user's data fold
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import secrets
 import threading
@@ -50,10 +51,9 @@ def voices_dir(model_dir: Path) -> Path:
 def _vllm_backend_module():
     """`studio.tts.llm.vllm.backend`, or a clear error when the vLLM backend cannot be imported."""
     try:
-        from studio.tts.llm.vllm import backend
+        return importlib.import_module("studio.tts.llm.vllm.backend")
     except ImportError as exc:
         raise BackendUnavailableError(f"vLLM backend not available: {exc}") from exc
-    return backend
 
 
 @dataclass
