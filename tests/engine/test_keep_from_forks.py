@@ -20,7 +20,9 @@ def _child(result) -> None:  # in a spawned process: its fork hooks do not reach
             os.fstat(requests.fileno())
             code = 1
         except OSError:
-            code = 0 if not any(isinstance(h, logging.NullHandler) for h in logging.getLogger().handlers) else 2
+            code = (
+                0 if not any(isinstance(h, logging.NullHandler) for h in logging.getLogger().handlers) else 2
+            )
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     os.fstat(requests.fileno())  # still open here

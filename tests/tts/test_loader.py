@@ -266,4 +266,6 @@ def test_without_its_backbone_the_lm_keeps_its_embeddings_and_head(tiny_model_di
     kept = lean.state_dict()
     assert kept and all(torch.equal(tensor, full.state_dict()[name]) for name, tensor in kept.items())
     text, speech = [1, 2, 3], [4, 5]
-    assert torch.equal(lean.build_prompt_embeds(text, [7], speech), full.build_prompt_embeds(text, [7], speech))
+    assert torch.equal(
+        lean.build_prompt_embeds(text, [7], speech), full.build_prompt_embeds(text, [7], speech)
+    )
