@@ -413,8 +413,10 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     dtype = resolve_dtype(requested, export.weights_dtype(llm_pt))
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
     config = llm.llm.model.config.to_dict()
-    first_export = export.cached_export(llm_pt, config, dtype=dtype) is None
-    export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
+    export_dir = export.cached_export(llm_pt, config, dtype=dtype)
+    first_export = export_dir is None
+    if first_export:
+        export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
     started = time.perf_counter()
     with spawning(first_export):
         engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
