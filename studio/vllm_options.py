@@ -99,3 +99,8 @@ VLLM_OPTIONS: tuple[VllmOption, ...] = (
 )
 VLLM_OPTION_NAMES = tuple(option.name for option in VLLM_OPTIONS)
 VLLM_DEFAULTS: dict[str, Any] = {option.name: option.default for option in VLLM_OPTIONS}
+
+
+def with_defaults(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` over `VLLM_DEFAULTS`; an option given as None takes its default."""
+    return {**VLLM_DEFAULTS, **{k: v for k, v in options.items() if v is not None}}

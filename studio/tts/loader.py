@@ -370,8 +370,8 @@ def load_model_folder_beside(
     runs its own copy). The weights (LM, flow, HiFT, frontend) load on another thread meanwhile. With
     ``beside_forks`` (vLLM will fork its engine-core process; a callable is asked with the device) that
     thread waits until this one has forked (`ForkGate`), so this process touches CUDA only after the fork
-    and vLLM need not spawn a new interpreter. ``lm_backbone=False`` leaves the LM's transformer layers out (`load_llm`). Errors of
-    either side are raised here, after both have ended."""
+    and vLLM need not spawn a new interpreter. ``lm_backbone=False`` leaves the LM's transformer layers
+    out (`load_llm`). Errors of either side are raised here, after both have ended."""
     model_dir = check_folder(model_dir)
     if beside_forks:  # torch.cuda.is_available() through NVML: a CUDA runtime call would poison the fork
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from studio import envs
 from studio.tts.errors import BackendUnavailableError
 from studio.tts.llm.backend import check_prompt_embeds
-from studio.vllm_options import VLLM_DEFAULTS
+from studio.vllm_options import VLLM_DEFAULTS, with_defaults
 
 if TYPE_CHECKING:
     import torch
@@ -310,7 +310,7 @@ def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
 
     from studio.tts.llm.vllm.sampling import PROCESSOR_PATH
 
-    options = {**DEFAULT_VLLM_OPTIONS, **{k: v for k, v in vllm_options.items() if v is not None}}
+    options = with_defaults(vllm_options)
     if not envs.VLLM_COMPILE.enabled() and not options.get("enforce_eager"):
         # No torch.compile (its cold start took 20-24 s on the H200); decode steps still replay graphs.
         options.setdefault("compilation_config", {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})

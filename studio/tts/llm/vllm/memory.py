@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio.tts.device.vram_budget import GIB, VramBudgetError
-from studio.vllm_options import VLLM_DEFAULTS
+from studio.vllm_options import with_defaults
 
 # vLLM's engine beside its weights and KV cache: its CUDA context, cuBLAS workspaces, the activations of
 # its profiling step (max_num_batched_tokens) and its CUDA graphs.
@@ -61,7 +61,7 @@ def vllm_memory(skeleton: Any, **vllm_options: Any) -> VllmMemory:
 
     The export holds the transformer, its final norm, and the speech embedding and head (a small vocab):
     see ``export.py``. vLLM runs it, and keeps its KV cache, in float32 only when asked to."""
-    options = {**VLLM_DEFAULTS, **{k: v for k, v in vllm_options.items() if v is not None}}
+    options = with_defaults(vllm_options)
     size = 4 if str(options["dtype"]).removeprefix("torch.") == "float32" else 2
     config = skeleton.llm.model.config
     heads = int(config.num_attention_heads)
