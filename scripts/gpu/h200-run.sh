@@ -179,6 +179,23 @@ S16)  # stop 15, third machine start (little device time left): install, then a 
   install
   cold_and_warm_starts start16 110
   ;;
+S17)  # stop 16, after the five part-copy calls: install, then three starts (one process each) with every thread's
+      # stack sampled in this process and in vLLM's forked core (stack_sampler.py): the machine's first
+      # (cold: writes the export, vLLM spawns, compiles), warm, warm without torch.compile; one tar back
+  install
+  mkdir -p /tmp/s17
+  for name in cold warm no-compile; do
+    compile=1
+    [ "$name" = no-compile ] && compile=0
+    STUDIO_VLLM_COMPILE=$compile timeout 200 python3 scripts/gpu/start_profile.py --model /tmp/full \
+      --json "/tmp/s17/start-$name.json" --sample "/tmp/s17/samples-$name" >"/tmp/s17/start-$name.log" 2>&1
+    echo "== $name: rc $?"
+    grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "/tmp/s17/start-$name.log" | head -4
+    grep -E "^ +[0-9]+ ms|init engine|Graph capturing|Traceback|Error" "/tmp/s17/start-$name.log" \
+      | grep -v "config:" | cut -c1-160 | tail -12
+  done
+  tar -czf "$out/s17-starts.tar.gz" -C /tmp s17
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

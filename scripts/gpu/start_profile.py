@@ -4,7 +4,10 @@ One fresh process per run (a second engine in one process is not a start): impor
 engine core (or its absence: spawned), our weights, vLLM ready, warm-up. Logs at INFO with
 milliseconds since this process began on stderr (vLLM's own lines: its weights, compile, graphs).
 
-    python3 scripts/gpu/start_profile.py --model /tmp/full --json OUT.json [--vram-budget GIB]
+    python3 scripts/gpu/start_profile.py --model /tmp/full --json OUT.json [--vram-budget GIB] [--sample PREFIX]
+
+`--sample PREFIX` also samples every thread's stack of this process and of the children it forks
+(`stack_sampler.py`): PREFIX-PID.txt per process, a timeline and the functions by inclusive time.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--vram-budget", type=float, default=0.0)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--sample", default="", help="stack samples to PREFIX-PID.txt (this process, forks)")
     args = parser.parse_args()
+    sampler = None
+    if args.sample:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from stack_sampler import sample_this_and_forks
+
+        sampler = sample_this_and_forks(args.sample, T0, interval=0.02)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
         format="%(relativeCreated)8.0f ms %(process)d %(threadName)s %(name)s: %(message)s",
@@ -58,6 +68,8 @@ def main() -> None:
     marks["loaded_s"] = _since()
     runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
     marks["warm_s"] = _since()
+    if sampler is not None:
+        sampler.stop()
     plan = getattr(loaded.model, "vram_plan", None)
     result = {
         "command": " ".join(sys.argv),
