@@ -195,6 +195,9 @@ S17)  # stop 16, after the five part-copy calls: install, then three starts (one
       | grep -v "config:" | cut -c1-160 | tail -12
   done
   tar -czf "$out/s17-starts.tar.gz" -C /tmp s17
+  timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 --tokens 200 \
+    --json "$out/llm-only-ras-lean.json" >"$out/llm-only.log" 2>&1
+  grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-300
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens

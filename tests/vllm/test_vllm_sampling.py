@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # n
 from studio.tts.llm.sampling import RasSampling  # noqa: E402
 from studio.tts.llm.vllm.sampling import (  # noqa: E402
     RasLogitsProcessor,
-    device_uniforms,
+    host_uniforms,
     ras_extra_args,
     step_uniform,
 )
@@ -128,12 +129,13 @@ def test_draws_follow_the_mixture_and_repeat_per_seed_and_step():
     assert step_uniform(5, 0) != step_uniform(5, 1) != step_uniform(6, 1)
 
 
-def test_device_uniforms_are_the_host_ones_bit_for_bit():
-    seeds = [0, 1, 5, 2**31 + 7, 2**62 + 3, 2**63 - 1, 12345678901234567]
+def test_vectorised_uniforms_are_the_scalar_ones_bit_for_bit():
+    seeds = [0, 1, 5, 2**31 + 7, 2**62 + 3, 2**63 - 1, 2**64 - 1, 12345678901234567]
     steps = [0, 1, 2, 9, 10, 499, 4096]
     pairs = [(seed, step) for seed in seeds for step in steps]
-    signed = [seed - 2**64 if seed >= 2**63 else seed for seed, _ in pairs]
-    got = device_uniforms(torch.tensor(signed), torch.tensor([step for _, step in pairs]))
+    got = host_uniforms(
+        np.array([seed for seed, _ in pairs], dtype=np.uint64), np.array([step for _, step in pairs])
+    )
     assert got.tolist() == [step_uniform(seed, step) for seed, step in pairs]
 
 
@@ -161,53 +163,66 @@ def host_mixture(
     return mixture
 
 
-def test_the_window_kept_on_the_device_follows_what_vllm_outputs():
+@pytest.mark.parametrize("plain_rows", [0, 1], ids=["ras-rows-lead", "a-plain-row-first"])
+def test_the_window_kept_on_the_device_follows_what_vllm_outputs(plain_rows):
     """Many steps as vLLM runs them: asynchronous placeholders in the output lists (the token reaches the
     host a step late), a draw thrown away while a row is still in prefill, a row that moves, and a
-    preempted request that comes back."""
+    preempted request that comes back. With RAS rows first they are read and written in place; behind a
+    plain request's row, through gathers."""
     sampling = RasSampling(top_p=0.9, top_k=6, win_size=4, tau_r=0.5)
     generator = torch.Generator().manual_seed(3)
     a_listed, a_true, b_listed, b_true = [], [], [], []
-    processor = processor_with([(0, ras_params(sampling, min_len=6, seed=1), a_listed)])
+    first = plain_rows  # the RAS rows start here
+    processor = processor_with(
+        [(i, SamplingParams(), []) for i in range(first)]
+        + [(first, ras_params(sampling, min_len=6, seed=1), a_listed)]
+    )
     small_vocab = torch.randn(1, 12, generator=generator)  # few tokens: repeats happen often
 
     def step(pairs: list[tuple[list[int], list[int]]], rows: list[int]) -> None:
-        logits = small_vocab + 0.3 * torch.randn(len(rows), 12, generator=generator)
+        logits = small_vocab + 0.3 * torch.randn(rows[-1] + 1, 12, generator=generator)
         rows_seen, mixture = processor.mixture(logits.clone())
         assert rows_seen.tolist() == rows
         for i, (_listed, true) in enumerate(pairs):
-            expected = host_mixture(logits[i], true, sampling, 6)
+            expected = host_mixture(logits[rows[i]], true, sampling, 6)
             torch.testing.assert_close(mixture[i], expected, rtol=1e-5, atol=1e-6)
+        plain = logits[:first].clone()
         out = processor.apply(logits)
+        assert torch.equal(out[:first], plain)
         for i, (listed, true) in enumerate(pairs):
             if listed and listed[-1] == -1:
                 listed[-1] = true[-1]  # the last step's token reaches the host now
             listed.append(-1)
-            true.append(int(out[i].argmax()))
+            true.append(int(out[rows[i]].argmax()))
 
-    processor.apply(torch.randn(1, 12, generator=generator))  # a chunked-prefill draw vLLM discards
+    processor.apply(torch.randn(first + 1, 12, generator=generator))  # a chunked-prefill draw vLLM discards
     for _ in range(5):
-        step([(a_listed, a_true)], [0])
+        step([(a_listed, a_true)], [first])
     b_params = ras_params(sampling, min_len=6, seed=2)
     processor.update_state(
-        BatchUpdate(batch_size=2, removed=[], moved=[], added=[(1, b_params, None, b_listed)])
+        BatchUpdate(batch_size=first + 2, removed=[], moved=[], added=[(first + 1, b_params, None, b_listed)])
     )
     for _ in range(6):
-        step([(a_listed, a_true), (b_listed, b_true)], [0, 1])
-    processor.update_state(  # a finishes; b moves to row 0
-        BatchUpdate(batch_size=1, removed=[0], added=[], moved=[(1, 0, MoveDirectionality.UNIDIRECTIONAL)])
+        step([(a_listed, a_true), (b_listed, b_true)], [first, first + 1])
+    processor.update_state(  # a finishes; b moves to a's row
+        BatchUpdate(
+            batch_size=first + 1,
+            removed=[first],
+            added=[],
+            moved=[(first + 1, first, MoveDirectionality.UNIDIRECTIONAL)],
+        )
     )
     for _ in range(4):
-        step([(b_listed, b_true)], [0])
+        step([(b_listed, b_true)], [first])
     assert len(set(b_true)) < len(b_true)  # the window had repeats to act on
     # b is preempted and resumes with its tokens so far: the ring is rebuilt from vLLM's list
-    processor.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))
+    processor.update_state(BatchUpdate(batch_size=first, removed=[first], added=[], moved=[]))
     b_listed[-1] = b_true[-1]
     processor.update_state(
-        BatchUpdate(batch_size=1, removed=[], moved=[], added=[(0, b_params, None, b_listed)])
+        BatchUpdate(batch_size=first + 1, removed=[], moved=[], added=[(first, b_params, None, b_listed)])
     )
     for _ in range(3):
-        step([(b_listed, b_true)], [0])
+        step([(b_listed, b_true)], [first])
 
 
 def test_the_input_batch_skips_the_token_sync_only_when_ras_is_the_only_custom_processor(monkeypatch):

@@ -369,7 +369,7 @@ def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
         raise BackendUnavailableError(f"vLLM is not installed or fails to import: {exc}") from exc
     from studio.tts.llm.vllm.plugin import register
 
-    register()  # the entry point does this in vLLM's processes; here it only makes the name known early
+    register(in_process=True)  # the entry point registers by name in vLLM's processes; here the class
     return LLMEngine.from_engine_args(engine_args(model_path, **vllm_options))
 
 

@@ -3,7 +3,7 @@
 A Qwen2 backbone fed with prompt embeddings; the input embedding table is the LM's
 `speech_embedding` (so decoded speech tokens are fed back correctly) and the output head is
 `llm_decoder` with its bias, over the 6564-entry speech vocabulary. vLLM loads this module only in
-its own processes (see `vllm_plugin.py`); nothing else in the studio imports it.
+its own processes, and the studio's process when it starts an engine (`plugin.register(in_process=True)`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Upstream's RAS draws from the nucleus (top-p, top-k); if the draw occurred in th
 tokens at least `win_size * tau_r` times, it redraws from the full distribution. That is the mixture
     P(y) = p_nuc(y) * [y not repeated] + (sum of p_nuc over repeated tokens) * p(y),
 from which this processor draws by inverse CDF, with a uniform number derived from the request's seed and
-its step (splitmix64, computed on the device): reproducible per request whatever else is in the batch.
+its step (splitmix64, on the host, vectorised): reproducible per request whatever else is in the batch.
 The logits row then becomes one-hot on the draw, and the request runs greedy in vLLM (temperature 0),
 which skips vLLM's per-request generator loop. Before `min_len` tokens upstream redraws until no stop
 id comes out: P conditioned on "not a stop id", so stop ids are masked in the mixture. Requests
@@ -14,7 +14,12 @@ Nothing of a step's sampling goes through the host: because the row is one-hot, 
 is the processor's own draw, so the processor keeps each request's recent tokens in a ring on the
 device (token and the step it was drawn at) and records each draw there itself. The host only tells
 the step of each row, `len(output_ids)`, whose length vLLM keeps right even while its entries are still
-placeholders of asynchronous scheduling; one pinned copy per step. A draw vLLM throws away (a row
+placeholders of asynchronous scheduling, and the row's uniform number: one pinned copy per step.
+
+A step is launch-bound (one row of 6,564 logits), so it is written in few kernels: the nucleus and the
+repetition test work on the top-k head only (only head tokens can be in the nucleus), and when the RAS
+rows are the batch's first rows (the usual case) they are read and written in place, without gathers.
+A draw vLLM throws away (a row
 still in chunked prefill) is overwritten by the next draw at the same step, and the ring is rebuilt
 from vLLM's list when a request (re)enters the batch.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
@@ -66,25 +72,13 @@ def step_uniform(seed: int, step: int) -> float:
     return ((x ^ (x >> 31)) >> 11) * 2.0**-53
 
 
-def _signed(value: int) -> int:
-    """`value` mod 2^64 as the int64 with the same bits."""
-    value &= _MASK64
-    return value - (1 << 64) if value >> 63 else value
-
-
-def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns (torch's `>>` is arithmetic)."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def device_uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """`step_uniform` for int64 tensors of seeds (as `_signed`) and steps, as float64, on their device.
-
-    int64 products wrap modulo 2^64 like the host's masked ones, so the bits are the same."""
-    x = seeds * _signed(_GOLDEN) + (steps + 1) * _signed(_MIX1)
-    x = (x ^ _shift_right(x, 30)) * _signed(_MIX1)
-    x = (x ^ _shift_right(x, 27)) * _signed(_MIX2)
-    return _shift_right(x ^ _shift_right(x, 31), 11).double() * 2.0**-53
+def host_uniforms(seeds: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """`step_uniform` for arrays of seeds (uint64) and steps, as float64 (numpy's uint64 wraps mod 2^64)."""
+    golden, mix1, mix2 = np.uint64(_GOLDEN), np.uint64(_MIX1), np.uint64(_MIX2)
+    x = seeds * golden + (steps.astype(np.uint64) + np.uint64(1)) * mix1
+    x = (x ^ (x >> np.uint64(30))) * mix1
+    x = (x ^ (x >> np.uint64(27))) * mix2
+    return ((x ^ (x >> np.uint64(31))) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 class _RasRequest:
@@ -111,28 +105,28 @@ class _Batch(NamedTuple):
 
     reqs: list[_RasRequest]
     row_index: torch.Tensor
-    seeds: torch.Tensor
+    leading: bool  # the rows are 0..n-1: read and written as slices, no gathers
+    seeds: np.ndarray  # uint64, on the host: the uniforms are drawn there
     top_p: torch.Tensor
-    top_k: torch.Tensor
     threshold: torch.Tensor
     window: torch.Tensor
+    slots: torch.Tensor  # ring slots per row (the window, at least 1)
     min_len: torch.Tensor
-    k_max: int
-    stops: torch.Tensor  # stop ids inside the vocabulary
+    head_allowed: torch.Tensor  # [rows, k_max]: rank < the row's top_k
+    stop_row: torch.Tensor  # [1, V] bool: the stop ids inside the vocabulary
 
 
 class RasLogitsProcessor(LogitsProcessor):
     """Turns each RAS request's logits into a one-hot row on its RAS draw (see the module doc).
 
-    Per persistent-batch row it keeps on the device: the seed, the parameters and a ring of the last
-    draws (`ring_tokens`, with the step of each in `ring_steps`)."""
+    Per persistent-batch row it keeps on the device: the parameters and a ring of the last draws
+    (`ring_tokens`, with the step of each in `ring_steps`)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self.device = torch.device(device)
         self.pin_memory = bool(is_pin_memory) and self.device.type == "cuda"
         self.requests: dict[int, _RasRequest] = {}
         self._batch: _Batch | None = None  # per-batch tensors, rebuilt when the batch changes
-        self.seeds = torch.zeros(0, dtype=torch.int64, device=self.device)
         self.params = torch.zeros(0, 5, dtype=torch.float64, device=self.device)
         self.ring_tokens = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
         self.ring_steps = torch.zeros(0, 1, dtype=torch.int64, device=self.device)
@@ -168,7 +162,6 @@ class RasLogitsProcessor(LogitsProcessor):
     def _add(self, index: int, request: _RasRequest) -> None:
         self.requests[index] = request
         self._ensure(index + 1, request.win_size)
-        self.seeds[index] = _signed(request.seed)
         self.params[index] = self._upload(request.row_params, torch.float64)
         # The ring from vLLM's list: empty for a new request, its last tokens for a resumed one.
         tokens = torch.full((self.ring_tokens.shape[1],), -1, dtype=torch.int64)
@@ -190,7 +183,7 @@ class RasLogitsProcessor(LogitsProcessor):
         self._ensure(max(a, b) + 1, 0)
         source = self._upload([a, b] if swap else [a], torch.int64)
         target = self._upload([b, a] if swap else [b], torch.int64)
-        for table in (self.seeds, self.params, self.ring_tokens, self.ring_steps):
+        for table in (self.params, self.ring_tokens, self.ring_steps):
             table[target] = table[source]
 
     def _see_vocab(self, vocab: int) -> None:
@@ -209,22 +202,19 @@ class RasLogitsProcessor(LogitsProcessor):
 
     def _ensure(self, rows: int, window: int) -> None:
         """Grow the per-row tables to `rows` rows and the rings to `window` slots (new ones empty)."""
-        have, width = self.seeds.shape[0], self.ring_tokens.shape[1]
+        have, width = self.params.shape[0], self.ring_tokens.shape[1]
         if rows <= have and window <= width:
             return
         rows, width = max(rows, 2 * have, 8) if rows > have else have, max(window, width)
 
-        def grown(table: torch.Tensor, fill: int, columns: int | None = None) -> torch.Tensor:
-            shape = (rows,) if table.dim() == 1 else (rows, columns or table.shape[1])
-            out = torch.full(shape, fill, dtype=table.dtype, device=self.device)
-            out[tuple(slice(0, n) for n in table.shape)] = table
+        def grown(table: torch.Tensor, fill: int, columns: int) -> torch.Tensor:
+            out = torch.full((rows, columns), fill, dtype=table.dtype, device=self.device)
+            out[: table.shape[0], : table.shape[1]] = table
             return out
 
-        self.seeds, self.params = grown(self.seeds, 0), grown(self.params, 0)
-        self.ring_tokens, self.ring_steps = (
-            grown(self.ring_tokens, -1, width),
-            grown(self.ring_steps, _EMPTY_STEP, width),
-        )
+        self.params = grown(self.params, 0, self.params.shape[1])
+        self.ring_tokens = grown(self.ring_tokens, -1, width)
+        self.ring_steps = grown(self.ring_steps, _EMPTY_STEP, width)
 
     def _batch_tensors(self) -> _Batch:
         if self._batch is None:
@@ -233,42 +223,56 @@ class RasLogitsProcessor(LogitsProcessor):
             row_index = self._upload(rows, torch.int64)
             params = self.params.index_select(0, row_index)
             column = lambda i: params[:, i : i + 1]  # noqa: E731
-            stop_ids = sorted({s for r in reqs for s in r.stop_ids})
-            stops = self._upload([s for s in stop_ids if s < self.vocab], torch.int64)
+            k_max = min(max(r.top_k for r in reqs), self.vocab)
+            ranks = torch.arange(k_max, device=self.device).unsqueeze(0)
+            stop_ids = sorted({s for r in reqs for s in r.stop_ids if s < self.vocab})
+            stop_row = torch.zeros(1, self.vocab, dtype=torch.bool, device=self.device)
+            stop_row[:, self._upload(stop_ids, torch.int64)] = True
+            window = column(_WIN).long()
             self._batch = _Batch(
                 reqs,
                 row_index,
-                self.seeds.index_select(0, row_index),
+                rows == list(range(len(rows))),
+                np.array([r.seed & _MASK64 for r in reqs], dtype=np.uint64),
                 column(_TOP_P),
-                column(_TOP_K),
                 column(_THRESHOLD),
-                column(_WIN).long(),
+                window,
+                window.squeeze(1).clamp(min=1),
                 column(_MIN_LEN),
-                max(r.top_k for r in reqs),
-                stops,
+                ranks < column(_TOP_K),
+                stop_row,
             )
         return self._batch
 
-    def _steps(self, reqs: list[_RasRequest]) -> torch.Tensor:
-        """Each row's step (tokens it has output) on the device: one copy, through pinned memory on CUDA."""
-        lengths = [len(r.output_ids) for r in reqs]
+    def _rows(self, batch: _Batch, table: torch.Tensor) -> torch.Tensor:
+        """The batch's rows of `table`: a slice when they lead, else a gather."""
+        return table[: len(batch.reqs)] if batch.leading else table.index_select(0, batch.row_index)
+
+    def _steps(self, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's step (tokens it has output) and uniform number, on the device: one copy, through
+        pinned memory on CUDA (the uniforms travel as the bits of float64 in the int64 buffer)."""
+        lengths = np.fromiter((len(r.output_ids) for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
+        n = len(lengths)
+        uniforms = host_uniforms(batch.seeds, lengths).view(np.int64)
         if not self.pin_memory:
-            return self._upload(lengths, torch.int64)
-        if not self._step_buffers or self._step_buffers[0][0].shape[0] < len(lengths):
-            size = max(len(lengths), 64)
-            self._step_buffers = [
-                (torch.empty(size, dtype=torch.int64, pin_memory=True), None) for _ in range(2)
-            ]
-        self._turn ^= 1
-        buffer, copied = self._step_buffers[self._turn]
-        if copied is not None:
-            copied.synchronize()  # its copy of two steps ago has long finished: no wait in practice
-        buffer.numpy()[: len(lengths)] = lengths
-        steps = buffer[: len(lengths)].to(self.device, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self._step_buffers[self._turn] = (buffer, event)
-        return steps
+            both = torch.from_numpy(np.concatenate([lengths, uniforms])).to(self.device)
+        else:
+            if not self._step_buffers or self._step_buffers[0][0].shape[0] < 2 * n:
+                size = 2 * max(n, 64)
+                self._step_buffers = [
+                    (torch.empty(size, dtype=torch.int64, pin_memory=True), None) for _ in range(2)
+                ]
+            self._turn ^= 1
+            buffer, copied = self._step_buffers[self._turn]
+            if copied is not None:
+                copied.synchronize()  # its copy of two steps ago has long finished: no wait in practice
+            host = buffer.numpy()
+            host[:n], host[n : 2 * n] = lengths, uniforms
+            both = buffer[: 2 * n].to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._step_buffers[self._turn] = (buffer, event)
+        return both[:n], both[n:].view(torch.float64)
 
     # -- one step ---------------------------------------------------------------------------------------
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
@@ -277,17 +281,23 @@ class RasLogitsProcessor(LogitsProcessor):
             return logits
         self._see_vocab(logits.shape[-1])
         batch = self._batch_tensors()
-        steps = self._steps(batch.reqs)
-        row_index, mixture = self.mixture(logits, steps)
-        cdf = mixture.double().cumsum(dim=-1)
-        targets = (device_uniforms(batch.seeds, steps) * cdf[:, -1]).unsqueeze(1)
+        steps, uniforms = self._steps(batch)
+        mixture = self._mixture(batch, logits, steps)
+        cdf = torch.cumsum(mixture, dim=-1, dtype=torch.float64)
+        targets = (uniforms * cdf[:, -1]).unsqueeze(1)
         drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
+        slot = (steps % batch.slots).unsqueeze(1)
+        if batch.leading:  # in place: the rows are 0..n-1
+            rows = logits[: len(batch.reqs)]
+            rows.fill_(float("-inf")).scatter_(1, drawn, 0.0)
+            self.ring_tokens[: len(batch.reqs)].scatter_(1, slot, drawn)
+            self.ring_steps[: len(batch.reqs)].scatter_(1, slot, steps.unsqueeze(1))
+            return logits
         one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
-        logits[row_index] = one_hot.to(logits.dtype)
+        logits[batch.row_index] = one_hot.to(logits.dtype)
         # The draw is the token vLLM takes: into the ring, at this step's slot.
-        slot = steps % batch.window.squeeze(1).clamp(min=1)
-        self.ring_tokens[row_index, slot] = drawn.squeeze(1)
-        self.ring_steps[row_index, slot] = steps
+        self.ring_tokens[batch.row_index, slot.squeeze(1)] = drawn.squeeze(1)
+        self.ring_steps[batch.row_index, slot.squeeze(1)] = steps
         return logits
 
     def mixture(
@@ -297,35 +307,32 @@ class RasLogitsProcessor(LogitsProcessor):
 
         `steps`: each row's step on the device (default: the lengths of vLLM's output lists)."""
         self._see_vocab(logits.shape[-1])
-        reqs, row_index, _seeds, top_p, top_k, threshold, window, min_len, k_max, stops = (
-            self._batch_tensors()
-        )
+        batch = self._batch_tensors()
         if steps is None:
-            steps = self._steps(reqs)
-        probs = torch.softmax(logits.index_select(0, row_index).float(), dim=-1)
-        vocab = probs.shape[-1]
+            steps = self._steps(batch)[0]
+        return batch.row_index, self._mixture(batch, logits, steps)
 
-        # Nucleus: sorted descending, keep while the mass before a token is < top_p and rank < top_k;
-        # only the top_k head can be kept, so a top-k replaces the full sort.
-        head_probs, head_ids = probs.topk(min(k_max, vocab), dim=-1, sorted=True)
+    def _mixture(self, batch: _Batch, logits: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(self._rows(batch, logits), dim=-1, dtype=torch.float32)
+
+        # Nucleus: sorted descending, keep while the mass before a token is < top_p and rank < top_k.
+        # Only the top_k head can be kept, so a top-k replaces the full sort, and the head is all the
+        # nucleus there is. (The first token is always kept: its mass before is 0 < top_p.)
+        head_probs, head_ids = probs.topk(batch.head_allowed.shape[1], dim=-1, sorted=True)
         mass_before = head_probs.cumsum(dim=-1) - head_probs
-        ranks = torch.arange(head_probs.shape[-1], device=probs.device).unsqueeze(0)
-        keep = (mass_before < top_p) & (ranks < top_k)
-        keep[:, 0] = True
-        nucleus = torch.zeros_like(probs).scatter_(1, head_ids, head_probs * keep)
-        nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
+        head = head_probs * ((mass_before < batch.top_p) & batch.head_allowed)
+        head = head / head.sum(dim=-1, keepdim=True)
 
-        # Tokens repeated often enough in the window trigger a redraw from the full distribution.
-        ring_steps = self.ring_steps.index_select(0, row_index)
-        now = steps.unsqueeze(1)
-        in_window = (ring_steps < now) & (ring_steps >= now - window)
-        tokens = self.ring_tokens.index_select(0, row_index).clamp(min=0, max=vocab - 1)
-        counts = torch.zeros_like(probs).scatter_add_(1, tokens, in_window.float())
-        repeated = counts >= threshold
-        redraw_mass = (nucleus * repeated).sum(dim=-1, keepdim=True)
-        mixture = nucleus * ~repeated + redraw_mass * probs
+        # A head token drawn often enough in the window triggers a redraw from the full distribution.
+        age = steps.unsqueeze(1) - self._rows(batch, self.ring_steps)  # 1 for the last step's draw
+        in_window = (age > 0) & (age <= batch.window)
+        seen = (
+            head_ids.unsqueeze(2) == self._rows(batch, self.ring_tokens).unsqueeze(1)
+        ) & in_window.unsqueeze(1)
+        repeated_mass = head * (seen.sum(dim=-1) >= batch.threshold)
+        mixture = (probs * repeated_mass.sum(dim=-1, keepdim=True)).scatter_add_(
+            1, head_ids, head - repeated_mass
+        )
 
-        if stops.numel():  # before min_len no stop id may come out
-            short = (steps.unsqueeze(1) < min_len).to(mixture.dtype)
-            mixture[:, stops] = mixture[:, stops] * (1.0 - short)
-        return row_index, mixture
+        # Before min_len no stop id may come out.
+        return mixture.masked_fill_(batch.stop_row & (steps.unsqueeze(1) < batch.min_len), 0.0)

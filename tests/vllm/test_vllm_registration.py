@@ -1,0 +1,50 @@
+"""The studio's process registers the model class itself, so vLLM never inspects it in a subprocess."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm import ModelRegistry  # noqa: E402
+from vllm.model_executor.models import registry  # noqa: E402
+
+from studio.tts.llm.vllm import plugin  # noqa: E402
+
+
+@pytest.fixture
+def by_name():
+    """The registry as vLLM's processes have it: our architecture by name only (restored after)."""
+    saved = ModelRegistry.models.get(plugin.ARCHITECTURE)
+    ModelRegistry.models.pop(plugin.ARCHITECTURE, None)
+    plugin.register()
+    registry._try_inspect_model_cls.cache_clear()
+    yield
+    if saved is not None:
+        ModelRegistry.models[plugin.ARCHITECTURE] = saved
+    registry._try_inspect_model_cls.cache_clear()
+
+
+def test_registered_by_name_a_cache_miss_inspects_in_a_subprocess(by_name, monkeypatch, tmp_path):
+    """The cost this registration avoids: with vLLM's inspection cache empty, a subprocess runs."""
+    monkeypatch.setattr(registry._LazyRegisteredModel, "_get_cache_dir", staticmethod(lambda: tmp_path))
+    calls = []
+    monkeypatch.setattr(registry, "_run_in_subprocess", lambda fn: calls.append(fn) or fn())
+    assert ModelRegistry._try_inspect_model_cls(plugin.ARCHITECTURE) is not None
+    assert len(calls) == 1
+
+
+def test_in_process_registration_inspects_the_class_here(by_name, monkeypatch):
+    def no_subprocess(fn):
+        raise AssertionError("vLLM inspected the model in a subprocess")
+
+    monkeypatch.setattr(registry, "_run_in_subprocess", no_subprocess)
+    plugin.register(in_process=True)
+    info = ModelRegistry._try_inspect_model_cls(plugin.ARCHITECTURE)
+    assert info is not None and info.architecture == plugin.ARCHITECTURE
+    from studio.tts.llm.vllm.model import CosyVoice2StudioForCausalLM
+
+    assert ModelRegistry.models[plugin.ARCHITECTURE].model_cls is CosyVoice2StudioForCausalLM
+    plugin.register(in_process=True)  # idempotent
+    plugin.register()  # and a later by-name registration does not undo it
+    assert ModelRegistry.models[plugin.ARCHITECTURE].model_cls is CosyVoice2StudioForCausalLM
