@@ -343,12 +343,16 @@ def spawning(spawn: bool = True) -> Iterator[None]:
 
     On the H200, an engine core forked right after this process had written the export (2 GB cast on the
     CPU) hung, twice, at every first start; forked from a process that found its export cached, it never
-    did. Until the cause is known, the one start that writes the export pays the spawn (~18 s there)."""
+    did. Until the cause is known, the one start that writes the export pays the spawn (~18 s there).
+    The weights waiting for a fork load at once (`no_fork_coming`)."""
+    from studio.tts.device.fork_gate import no_fork_coming
+
     name = "VLLM_WORKER_MULTIPROC_METHOD"
     saved = os.environ.get(name)
     if spawn:
         log.info("first start on this export: vLLM spawns its engine process")
         os.environ[name] = "spawn"
+        no_fork_coming()
     try:
         yield
     finally:
