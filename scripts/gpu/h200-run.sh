@@ -199,6 +199,31 @@ S17)  # stop 16, after the five part-copy calls: install, then three starts (one
     --json "$out/llm-only-ras-lean.json" >"$out/llm-only.log" 2>&1
   grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-300
   ;;
+S18)  # stop 16, second machine, after the five part-copy calls: install, then three starts one process each,
+      # every thread's stack sampled (here and in vLLM's forked core): the machine's first (writes the export,
+      # vLLM spawns), the second (vLLM's Triton sampler kernels compile once more), the third (all warm)
+  install
+  mkdir -p /tmp/s18
+  for name in first second third; do
+    timeout 170 python3 scripts/gpu/start_profile.py --model /tmp/full --json "/tmp/s18/start-$name.json" \
+      --sample "/tmp/s18/samples-$name" >"/tmp/s18/start-$name.log" 2>&1
+    echo "== $name: rc $?"
+    grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "/tmp/s18/start-$name.log" | head -4
+    grep -E "^ +[0-9]+ ms|init engine|Traceback|Error" "/tmp/s18/start-$name.log" | grep -v "config:" \
+      | cut -c1-160 | tail -10
+  done
+  tar -czf "$out/s18-starts.tar.gz" -C /tmp s18
+  ;;
+S19)  # same warm machine: every level (RAS in fewer kernels, the new start)
+  budget_bench stop16-c1-4-16-32-64 560 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S20)  # same warm machine: the 24 GiB budget at 16 and 32 streams
+  budget_bench stop16-budget24-c16-32 230 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
+S21)  # same warm machine: the engine core spawned instead of forked, every level (the fork/spawn A/B)
+  VLLM_WORKER_MULTIPROC_METHOD=spawn budget_bench stop16-spawned-c1-4-16-32-64 400 --warmup-rounds 2 \
+    --concurrency 1,4,16,32,64
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

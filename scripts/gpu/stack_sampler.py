@@ -105,7 +105,7 @@ class StackSampler:
             lines.append(f"### {thread}: {totals[thread]} samples ({totals[thread] * self.interval:.1f} s)")
             for name, count in counter.most_common(45):
                 lines.append(f"{count * self.interval:7.2f} s {100 * count / totals[thread]:5.1f}% {name}")
-        tmp = f"{self.prefix}-{os.getpid()}.txt.tmp"
+        tmp = f"{self.prefix}-{os.getpid()}-{threading.get_ident()}.txt.tmp"
         with open(tmp, "w") as handle:
             handle.write("\n".join(lines) + "\n")
         os.replace(tmp, f"{self.prefix}-{os.getpid()}.txt")

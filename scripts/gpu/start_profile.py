@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--vram-budget", type=float, default=0.0)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--no-warm-beside", action="store_true", help="warm up only after vLLM is ready")
     parser.add_argument("--sample", default="", help="stack samples to PREFIX-PID.txt (this process, forks)")
     args = parser.parse_args()
     sampler = None
@@ -63,7 +64,12 @@ def main() -> None:
 
     options = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": 8192}
     loaded = runner.load_model(
-        args.model, "vllm", fp16=True, vllm_options=options, vram_budget_gb=args.vram_budget
+        args.model,
+        "vllm",
+        fp16=True,
+        vllm_options=options,
+        vram_budget_gb=args.vram_budget,
+        warm_beside=not args.no_warm_beside,
     )
     marks["loaded_s"] = _since()
     runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)

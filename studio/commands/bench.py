@@ -286,6 +286,7 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             fp16=args.fp16,
             vllm_options=vllm_options_from(args),
             vram_budget_gb=vram_budget_from(args),
+            warm_beside=True,
         )
         try:
             result: dict = {

@@ -203,6 +203,7 @@ def _synth(args: argparse.Namespace) -> int:
         fp16=args.fp16,
         vllm_options=vllm_options_from(args),
         vram_budget_gb=vram_budget_from(args),
+        warm_beside=args.warmup,
     )
     try:
         print(f"backend: {loaded.backend}" + (f" ({loaded.backend_reason})" if loaded.backend_reason else ""))

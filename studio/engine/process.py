@@ -141,7 +141,12 @@ class Engine:
         self.set_state(EngineState.LOADING, f"loading {request.model_dir} ({request.backend} asked)")
         try:
             self.loaded = runner.load_model(
-                request.model_dir, request.backend, request.fp16, request.vllm_options, request.vram_budget_gb
+                request.model_dir,
+                request.backend,
+                request.fp16,
+                request.vllm_options,
+                request.vram_budget_gb,
+                warm_beside=request.warmup,
             )
             described = f"{self.loaded.backend} backend on {self.loaded.device}"
             if self.loaded.backend_reason:

@@ -71,8 +71,12 @@ def load_model(
     fp16: bool = False,
     vllm_options: dict | None = None,
     vram_budget_gb: float = 0.0,
+    warm_beside: bool = False,
 ) -> EngineModel:
-    """Load CosyVoice2 with the requested backend; vLLM falls back to PyTorch with the reason recorded."""
+    """Load CosyVoice2 with the requested backend; vLLM falls back to PyTorch with the reason recorded.
+
+    ``warm_beside`` (for callers that run the warm-up take next): while vLLM starts, the warm-up take
+    runs with replayed tokens (`warm_without_lm`), so the one after the load only has vLLM to warm."""
     from studio.tts.cosyvoice2 import CosyVoice2
     from studio.tts.errors import ModelFolderError
 
@@ -87,6 +91,7 @@ def load_model(
                     load_vllm=True,
                     fp16=fp16,
                     vram_budget_gb=vram_budget_gb,
+                    warm_beside=warm_without_lm if warm_beside else None,
                     **(vllm_options or {}),
                 )
                 return EngineModel(model, "vllm", "", time.perf_counter() - start)
@@ -100,6 +105,21 @@ def load_model(
         raise ValueError(f"backend must be 'pytorch' or 'vllm', not {backend!r}")
     model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16, vram_budget_gb=vram_budget_gb)
     return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
+
+
+def warm_without_lm(model: Any) -> int:
+    """The warm-up take with replayed speech tokens in place of the LM (`ReplayTokens`): it warms the text
+    frontend, the prompt features, the flow (its CUDA graphs) and HiFT while the LM is not ready yet.
+    Returns the chunks it made."""
+    from studio.engine.warmup import warmup_request
+    from studio.tts.llm.replay import ReplayTokens
+
+    start = time.perf_counter()
+    spec = build_spec(warmup_request())
+    spec.token_backend = ReplayTokens()
+    chunks = sum(1 for _ in model.synthesize(spec))
+    log.info("warmed up without the LM in %.1f s (%d chunks)", time.perf_counter() - start, chunks)
+    return chunks
 
 
 def build_spec(request: Synthesize, cancel: threading.Event | None = None):

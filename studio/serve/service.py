@@ -79,7 +79,9 @@ class SpeechService:
         self.state = "loading"
         try:
             backend, fp16, options, budget = self._load_args
-            self.loaded = runner.load_model(self.model_dir, backend, fp16, options, budget)
+            self.loaded = runner.load_model(
+                self.model_dir, backend, fp16, options, budget, warm_beside=self._warmup
+            )
             if self._warmup:
                 runner.run_take(self.loaded.model, warmup_request(), backend=self.loaded.backend)
             self.state = "ready"

@@ -8,20 +8,18 @@ the generator or sets ``spec.cancel``. Saved voices live in the user's data fold
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import importlib
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from studio import envs
 from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
@@ -29,10 +27,10 @@ from studio.tts.chunk_scheduler import ChunkCancelled
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.loader import load_model_folder_beside, load_spk2info
 from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
-from studio.tts.synthesis import LinkedEvent, SpeechTokenProducer, SynthesisSpec
+from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
 from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
-from studio.user_dirs import user_dir
+from studio.tts.voices_path import voices_dir
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
 
@@ -42,29 +40,12 @@ END_OF_PROMPT = "<|endofprompt|>"
 EXPECTED_TOKENS_PER_MIN_LEN = 4  # speech tokens a sentence usually needs, in units of its minimum length
 
 
-def voices_dir(model_dir: Path) -> Path:
-    """Where this model folder's saved voices go: ``$STUDIO_DATA_DIR`` or the user data dir, per folder."""
-    key = hashlib.sha1(str(model_dir.resolve()).encode()).hexdigest()[:12]
-    return user_dir(envs.DATA_DIR, "user_data_dir") / "voices" / f"{model_dir.name}-{key}"
-
-
 def _vllm_backend_module():
     """`studio.tts.llm.vllm.backend`, or a clear error when the vLLM backend cannot be imported."""
     try:
         return importlib.import_module("studio.tts.llm.vllm.backend")
     except ImportError as exc:
         raise BackendUnavailableError(f"vLLM backend not available: {exc}") from exc
-
-
-@dataclass
-class _Prompt:
-    """The conditioning one request uses: LM prompt text/tokens and the flow's prompt."""
-
-    prompt_text_ids: list[int]
-    llm_speech_tokens: list[int]
-    flow_token: torch.Tensor  # [1, P] int32
-    flow_feat: torch.Tensor  # [1, 2P, 80]
-    embedding: torch.Tensor  # [1, 192]
 
 
 class CosyVoice2:
@@ -78,6 +59,7 @@ class CosyVoice2:
         load_vllm: bool = False,
         fp16: bool = False,
         vram_budget_gb: float = 0.0,
+        warm_beside: Callable[[CosyVoice2], None] | None = None,
         **vllm_options: Any,
     ):
         """Load ``model_dir`` (errors name the bad file) and pick the LM backend.
@@ -88,7 +70,8 @@ class CosyVoice2:
         otherwise, before any weights load); ``vllm_options`` go to its engine, which starts first (the
         weights load meanwhile, once it has forked). ``fp16`` is CUDA only. On CUDA, ``vram_budget_gb``
         (0: 80% of the free memory; negative: no budget, the vLLM options as given) sizes vLLM's share,
-        its KV cache, the flow's arena and the takes admitted at once."""
+        its KV cache, the flow's arena and the takes admitted at once. ``warm_beside(self)`` runs on the loading
+        thread once the weights are in, while vLLM still starts (e.g. a take with replayed tokens)."""
         if load_jit or load_trt:
             log.warning(
                 "load_jit/load_trt are not supported by this runtime (no TorchScript or TensorRT path); "
@@ -114,14 +97,8 @@ class CosyVoice2:
             beside=start_vllm if vllm is not None else None,
             beside_forks=vllm is not None and vllm.engine_forks,
             lm_backbone=vllm is None,  # vLLM runs the transformer: only the embeddings load here
+            then=functools.partial(self._adopt, warm=warm_beside if vllm is not None else None),
         )
-        self.fp16 = self.model.fp16
-        self.sample_rate = self.model.config.sample_rate
-        self.token_hop_len = self.model.config.chunk_size
-        self._llm_threads = 1 if self.model.device.type == "cpu" else None
-        self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
-        self.spk2info: dict[str, dict] = {**self.model.spk2info, **load_spk2info(self.voices_file)}
-        self._voices_lock = threading.Lock()
         if backend is not None:
             self.backend = backend
             self.backend_name = "vllm"
@@ -134,6 +111,20 @@ class CosyVoice2:
                 self.vram_plan = plan_budget(self.model.device, budget)
         if self.vram_plan is not None:
             self.take_gate = enforce_budget(self.vram_plan, self.model)
+
+    def _adopt(self, parts, warm: Callable[[CosyVoice2], None] | None) -> None:
+        """Take the loaded parts (on the loading thread, while vLLM may still start), then ``warm(self)``."""
+        self.model, self.fp16 = parts, parts.fp16
+        self.sample_rate, self.token_hop_len = parts.config.sample_rate, parts.config.chunk_size
+        self._llm_threads = 1 if parts.device.type == "cpu" else None
+        self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
+        self.spk2info: dict[str, dict] = {**parts.spk2info, **load_spk2info(self.voices_file)}
+        self._voices_lock = threading.Lock()
+        if warm is not None:
+            try:
+                warm(self)
+            except Exception:  # noqa: BLE001 - a head start only: the first take warms up instead
+                log.warning("the warm-up beside vLLM's start failed", exc_info=True)
 
     def close(self) -> None:
         """Shut the token backend down (the vLLM engine holds processes and GPU memory); idempotent."""
@@ -265,7 +256,7 @@ class CosyVoice2:
         sentences = self._split(spec.text, spec.text_frontend)
         return self._run(spec, prompt, sentences)
 
-    def _run(self, spec: SynthesisSpec, prompt: _Prompt, sentences: list[str]) -> Iterator[dict]:
+    def _run(self, spec: SynthesisSpec, prompt: PromptConditioning, sentences: list[str]) -> Iterator[dict]:
         seed = spec.seed if spec.seed is not None else secrets.randbits(31)
         total_tokens = 0
         for index, sentence in enumerate(sentences):
@@ -287,7 +278,9 @@ class CosyVoice2:
             finally:
                 chunks.close()  # joins the sentence's LM thread even when our caller stops early
 
-    def _sentence(self, spec: SynthesisSpec, prompt: _Prompt, sentence: str, seed: int) -> Iterator[dict]:
+    def _sentence(
+        self, spec: SynthesisSpec, prompt: PromptConditioning, sentence: str, seed: int
+    ) -> Iterator[dict]:
         llm = self.model.llm
         text_ids = self._encode(sentence)
         with torch.inference_mode():
@@ -300,7 +293,7 @@ class CosyVoice2:
         cancel = LinkedEvent(spec.cancel)
 
         def generate():
-            return self.backend.generate(
+            return (spec.token_backend or self.backend).generate(
                 embeds,
                 min_len=min_len,
                 max_len=max_len,
@@ -320,7 +313,7 @@ class CosyVoice2:
         yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
 
     def _sentence_audio(
-        self, spec: SynthesisSpec, prompt: _Prompt, generate, cancel, seed: int
+        self, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
     ) -> Iterator[dict]:
         hift_generator = torch.Generator(device=self.model.device).manual_seed(seed)
         stream = Token2WavStream(
@@ -370,7 +363,7 @@ class CosyVoice2:
         }
 
     # -- request preparation ---------------------------------------------------------------------
-    def _prepare_prompt(self, spec: SynthesisSpec) -> _Prompt:
+    def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:
         if spec.spk_id:
             voice = self.spk2info.get(spec.spk_id)
             if voice is None:
@@ -399,16 +392,16 @@ class CosyVoice2:
                 text_ids = cached_text
             else:
                 text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
-            return _Prompt(text_ids, cached_tokens, flow_token, feat, embedding)
+            return PromptConditioning(text_ids, cached_tokens, flow_token, feat, embedding)
         if spec.mode is Mode.CROSS_LINGUAL:
-            return _Prompt([], [], flow_token, feat, embedding)
+            return PromptConditioning([], [], flow_token, feat, embedding)
         # instruct2: the instruction always replaces the voice's transcript (upstream defect 5)
         instruct = (
             spec.instruct_text
             if spec.instruct_text.endswith(END_OF_PROMPT)
             else spec.instruct_text + END_OF_PROMPT
         )
-        return _Prompt(self._encode(instruct), [], flow_token, feat, embedding)
+        return PromptConditioning(self._encode(instruct), [], flow_token, feat, embedding)
 
     def _prompt_features(self, prompt_wav: Any, prompt_sr: int | None):
         """(speech tokens, flow mel [1, 2T, 80], speaker embedding [1, 192]) from a prompt recording."""

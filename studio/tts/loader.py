@@ -362,6 +362,7 @@ def load_model_folder_beside(
     beside: Callable[[torch.nn.Module, torch.device], Any] | None = None,
     beside_forks: bool | Callable[[torch.device], bool] = False,
     lm_backbone: bool = True,
+    then: Callable[[ModelParts], None] | None = None,
 ) -> tuple[ModelParts, Any]:
     """Load the folder while ``beside(skeleton, device)`` runs on this thread (starting vLLM); return the
     parts and what ``beside`` returned.
@@ -371,7 +372,9 @@ def load_model_folder_beside(
     ``beside_forks`` (vLLM will fork its engine-core process; a callable is asked with the device) that
     thread waits until this one has forked (`ForkGate`), so this process touches CUDA only after the fork
     and vLLM need not spawn a new interpreter. ``lm_backbone=False`` leaves the LM's transformer layers
-    out (`load_llm`). Errors of either side are raised here, after both have ended."""
+    out (`load_llm`). ``then(parts)`` runs on the loading thread once the weights are in, while ``beside``
+    may still run (warming up beside vLLM's start). Errors of either side are raised here, after both
+    have ended."""
     model_dir = check_folder(model_dir)
     if beside_forks:  # torch.cuda.is_available() through NVML: a CUDA runtime call would poison the fork
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -401,9 +404,21 @@ def load_model_folder_beside(
                 # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU:
                 # replaying captured graphs makes them several times faster with identical output.
                 attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
-            loaded.update(llm=llm, flow=flow, hift=hift, frontend=load_frontend(model_dir, device))
+            loaded["parts"] = ModelParts(
+                model_dir=model_dir,
+                config=config,
+                llm=llm,
+                flow=flow,
+                hift=hift,
+                frontend=load_frontend(model_dir, device),
+                device=device,
+                fp16=fp16,
+                spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
+            )
             log.info("weights loaded in %.1f s, after %.1f s waiting for vLLM's fork", time.perf_counter() - start,
                      start - waited)  # fmt: skip
+            if then is not None:
+                then(loaded["parts"])
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             loaded["error"] = exc
 
@@ -423,15 +438,4 @@ def load_model_folder_beside(
             worker.join()
     if "error" in loaded:
         raise loaded["error"]
-    parts = ModelParts(
-        model_dir=model_dir,
-        config=config,
-        llm=loaded["llm"],
-        flow=loaded["flow"],
-        hift=loaded["hift"],
-        frontend=loaded["frontend"],
-        device=device,
-        fp16=fp16,
-        spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
-    )
-    return parts, result
+    return loaded["parts"], result

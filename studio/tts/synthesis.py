@@ -5,10 +5,26 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from studio.request import Mode, RequestError, validate_take
 from studio.tts.errors import SynthesisError
+
+if TYPE_CHECKING:
+    import torch
+
+    from studio.tts.llm.backend import TokenBackend
+
+
+@dataclass
+class PromptConditioning:
+    """The conditioning one request uses: LM prompt text/tokens and the flow's prompt."""
+
+    prompt_text_ids: list[int]
+    llm_speech_tokens: list[int]
+    flow_token: torch.Tensor  # [1, P] int32
+    flow_feat: torch.Tensor  # [1, 2P, 80]
+    embedding: torch.Tensor  # [1, 192]
 
 
 @dataclass
@@ -19,7 +35,8 @@ class SynthesisSpec:
     16 kHz as upstream's ``prompt_speech_16k``); ``spk_id`` names a voice saved by ``add_zero_shot_spk``
     and replaces the prompt audio (never the instruction). ``exact_speech_tokens`` makes the LM ignore
     stop ids and produce exactly that many tokens per sentence (benchmarks). ``cancel`` stops the work
-    when set, like closing the generator.
+    when set, like closing the generator. ``token_backend`` decodes this request's speech tokens in
+    place of the model's LM (the warm-up beside vLLM's start replays tokens: `ReplayTokens`).
     """
 
     text: str
@@ -36,6 +53,7 @@ class SynthesisSpec:
     exact_speech_tokens: int | None = None
     first_hop_tokens: int | None = None  # streaming: a shorter first chunk (None: STUDIO_FIRST_HOP_TOKENS)
     cancel: threading.Event | None = field(default=None, compare=False)
+    token_backend: TokenBackend | None = field(default=None, compare=False)  # None: the model's LM
 
     def validate(self) -> None:
         """Raise `SynthesisError` (naming the field) when the request cannot be served; normalise `mode`."""

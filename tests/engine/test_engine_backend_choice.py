@@ -33,7 +33,14 @@ def fake_runtime(monkeypatch):
 def test_vllm_when_asked_and_it_starts(fake_runtime):
     loaded = runner.load_model("/m", "vllm", fp16=True, vllm_options={"max_num_seqs": 4})
     assert (loaded.backend, loaded.backend_reason) == ("vllm", "")
-    assert fake_runtime.built == [{"load_vllm": True, "fp16": True, "vram_budget_gb": 0.0, "max_num_seqs": 4}]
+    assert fake_runtime.built == [
+        {"load_vllm": True, "fp16": True, "vram_budget_gb": 0.0, "warm_beside": None, "max_num_seqs": 4}
+    ]
+
+
+def test_a_caller_that_warms_up_next_has_the_warm_up_start_beside_vllm(fake_runtime):
+    runner.load_model("/m", "vllm", warm_beside=True)
+    assert fake_runtime.built[-1]["warm_beside"] is runner.warm_without_lm
 
 
 def test_pytorch_with_the_reason_when_vllm_fails_to_start(fake_runtime, caplog):

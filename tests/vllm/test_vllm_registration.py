@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("vllm")
 
@@ -48,3 +49,24 @@ def test_in_process_registration_inspects_the_class_here(by_name, monkeypatch):
     plugin.register(in_process=True)  # idempotent
     plugin.register()  # and a later by-name registration does not undo it
     assert ModelRegistry.models[plugin.ARCHITECTURE].model_cls is CosyVoice2StudioForCausalLM
+
+
+def test_a_process_serving_our_model_samples_top_k_top_p_without_triton(monkeypatch):
+    """vLLM's sampler warm-up would compile Triton top-k/top-p kernels our greedy requests never use."""
+    from vllm.v1.sample.ops import topk_topp_sampler as ops
+
+    calls = []
+    monkeypatch.setattr(ops, "apply_top_k_top_p", lambda logits, k, p: calls.append("vllm") or logits)
+    monkeypatch.setattr(
+        ops, "apply_top_k_top_p_pytorch", lambda logits, k, p: calls.append("pytorch") or logits
+    )
+    monkeypatch.setattr(plugin, "SERVING_COSYVOICE", __import__("threading").Event())
+    assert plugin.top_k_top_p_in_pytorch() and plugin.top_k_top_p_in_pytorch()  # wraps once
+    gpu_like, cpu = torch.zeros(8, 16, device="meta"), torch.zeros(8, 16)
+    k = torch.full((8,), 4)
+    ops.apply_top_k_top_p(gpu_like, k, None)  # someone else's model: vLLM's own choice
+    plugin.SERVING_COSYVOICE.set()
+    ops.apply_top_k_top_p(gpu_like, k, None)
+    ops.apply_top_k_top_p(gpu_like, None, None)  # nothing to apply: vLLM's (a no-op)
+    ops.apply_top_k_top_p(cpu, k, None)  # on a CPU vLLM's path is PyTorch already
+    assert calls == ["vllm", "pytorch", "vllm", "vllm"]

@@ -18,12 +18,15 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 from vllm.model_executor.models.qwen2 import Qwen2Model
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
+from studio.tts.llm.vllm.plugin import SERVING_COSYVOICE
+
 
 class CosyVoice2StudioForCausalLM(nn.Module):
     """Qwen2 backbone + biased speech-token head; takes prompt embeddings, decodes speech tokens."""
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
+        SERVING_COSYVOICE.set()  # this process serves our model: vLLM's sampler warm-up skips Triton (plugin)
         hf_config = vllm_config.model_config.hf_config
         config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
         self.config = config

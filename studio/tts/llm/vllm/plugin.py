@@ -15,6 +15,13 @@ input batch bring each step's sampled tokens to the host before the next step sa
 whether a processor reads them). Ours reads only how many tokens each request has output, which vLLM
 keeps right with placeholders (tts/llm/vllm/sampling.py), so when ours is the only custom one the batch
 is built without that wait (`skip_output_token_sync`).
+
+And it spares the first two starts of a machine vLLM's Triton top-k/top-p kernels: vLLM warms its
+sampler with a top-k/top-p draw, whose Triton kernels compile then (6-9 s on the H200; the first start
+caches them in torch.compile's folder, the second in Triton's own). Our requests are greedy (the RAS
+processor leaves one-hot rows) and never use them, so in a process that serves our model top-k/top-p
+takes vLLM's PyTorch path on a GPU (`top_k_top_p_in_pytorch`; on a CPU vLLM's own path is PyTorch
+already); anybody else's model keeps vLLM's choice.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,37 @@ def register(in_process: bool = False) -> None:
     elif ARCHITECTURE not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS_PATH)
     skip_output_token_sync()
+    top_k_top_p_in_pytorch()
+
+
+#: Set when this process builds our model (`CosyVoice2StudioForCausalLM.__init__`): it serves CosyVoice2.
+SERVING_COSYVOICE = threading.Event()
+
+
+def top_k_top_p_in_pytorch() -> bool:
+    """Wrap vLLM's `apply_top_k_top_p` so a process serving our model takes its PyTorch path.
+
+    Applied once per process; a vLLM without that function or its PyTorch twin is left as it is.
+    Returns whether the wrapper is in place."""
+    try:
+        from vllm.v1.sample.ops import topk_topp_sampler as ops
+    except ImportError:
+        return False
+    apply, pytorch = getattr(ops, "apply_top_k_top_p", None), getattr(ops, "apply_top_k_top_p_pytorch", None)
+    if apply is None or pytorch is None:
+        return False
+    if getattr(apply, "_studio_wrapped", False):
+        return True
+
+    @functools.wraps(apply)
+    def apply_top_k_top_p(logits, k, p):
+        if SERVING_COSYVOICE.is_set() and logits.device.type != "cpu" and (k is not None or p is not None):
+            return pytorch(logits, k, p)
+        return apply(logits, k, p)
+
+    apply_top_k_top_p._studio_wrapped = True
+    ops.apply_top_k_top_p = apply_top_k_top_p
+    return True
 
 
 def _registered_by_class(registry) -> bool:
