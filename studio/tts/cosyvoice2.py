@@ -30,7 +30,7 @@ from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, tak
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
 from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
-from studio.tts.voices_path import voices_dir
+from studio.user_dirs import voices_dir
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
 
