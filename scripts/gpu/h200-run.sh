@@ -55,6 +55,18 @@ cold_and_warm_starts() {  # $1: file prefix, $2: seconds allowed per start; one 
       | grep -v "config:" | cut -c1-200 | tail -25
   done
 }
+sampled_start() {  # $1: folder under /tmp, $2: name, $3: seconds allowed, rest: environment (VAR=value ...)
+  # One start in its own process, every thread's stack sampled (here and in vLLM's forked core)
+  local dir=/tmp/$1 name=$2 limit=$3
+  shift 3
+  mkdir -p "$dir"
+  env "$@" timeout "$limit" python3 scripts/gpu/start_profile.py --model /tmp/full --json "$dir/start-$name.json" \
+    --sample "$dir/samples-$name" >"$dir/start-$name.log" 2>&1
+  echo "== $name: rc $?"
+  grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "$dir/start-$name.log" | head -4
+  grep -E "^ +[0-9]+ ms|init engine|Graph capturing|Traceback|Error" "$dir/start-$name.log" | grep -v "config:" \
+    | cut -c1-160 | tail -12
+}
 case $step in
 S1)  # issue 11 (stop 13), after the four part-copy calls: install, then the chunk scheduler (the default) at
      # every level
@@ -183,17 +195,9 @@ S17)  # stop 16, after the five part-copy calls: install, then three starts (one
       # stack sampled in this process and in vLLM's forked core (stack_sampler.py): the machine's first
       # (cold: writes the export, vLLM spawns, compiles), warm, warm without torch.compile; one tar back
   install
-  mkdir -p /tmp/s17
-  for name in cold warm no-compile; do
-    compile=1
-    [ "$name" = no-compile ] && compile=0
-    STUDIO_VLLM_COMPILE=$compile timeout 200 python3 scripts/gpu/start_profile.py --model /tmp/full \
-      --json "/tmp/s17/start-$name.json" --sample "/tmp/s17/samples-$name" >"/tmp/s17/start-$name.log" 2>&1
-    echo "== $name: rc $?"
-    grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "/tmp/s17/start-$name.log" | head -4
-    grep -E "^ +[0-9]+ ms|init engine|Graph capturing|Traceback|Error" "/tmp/s17/start-$name.log" \
-      | grep -v "config:" | cut -c1-160 | tail -12
-  done
+  sampled_start s17 cold 200 STUDIO_VLLM_COMPILE=1
+  sampled_start s17 warm 200 STUDIO_VLLM_COMPILE=1
+  sampled_start s17 no-compile 200 STUDIO_VLLM_COMPILE=0
   tar -czf "$out/s17-starts.tar.gz" -C /tmp s17
   timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 --tokens 200 \
     --json "$out/llm-only-ras-lean.json" >"$out/llm-only.log" 2>&1
@@ -203,15 +207,7 @@ S18)  # stop 16, second machine, after the five part-copy calls: install, then t
       # every thread's stack sampled (here and in vLLM's forked core): the machine's first (writes the export,
       # vLLM spawns), the second (vLLM's Triton sampler kernels compile once more), the third (all warm)
   install
-  mkdir -p /tmp/s18
-  for name in first second third; do
-    timeout 170 python3 scripts/gpu/start_profile.py --model /tmp/full --json "/tmp/s18/start-$name.json" \
-      --sample "/tmp/s18/samples-$name" >"/tmp/s18/start-$name.log" 2>&1
-    echo "== $name: rc $?"
-    grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "/tmp/s18/start-$name.log" | head -4
-    grep -E "^ +[0-9]+ ms|init engine|Traceback|Error" "/tmp/s18/start-$name.log" | grep -v "config:" \
-      | cut -c1-160 | tail -10
-  done
+  for name in first second third; do sampled_start s18 "$name" 170; done
   tar -czf "$out/s18-starts.tar.gz" -C /tmp s18
   ;;
 S19)  # same warm machine: every level (RAS in fewer kernels, the new start)
