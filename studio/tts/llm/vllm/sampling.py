@@ -286,18 +286,18 @@ class RasLogitsProcessor(LogitsProcessor):
         cdf = torch.cumsum(mixture, dim=-1, dtype=torch.float64)
         targets = (uniforms * cdf[:, -1]).unsqueeze(1)
         drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
-        slot = (steps % batch.slots).unsqueeze(1)
+        # The draw is the token vLLM takes: into the ring, at this step's slot.
+        slot = steps % batch.slots
         if batch.leading:  # in place: the rows are 0..n-1
             rows = logits[: len(batch.reqs)]
             rows.fill_(float("-inf")).scatter_(1, drawn, 0.0)
-            self.ring_tokens[: len(batch.reqs)].scatter_(1, slot, drawn)
-            self.ring_steps[: len(batch.reqs)].scatter_(1, slot, steps.unsqueeze(1))
+            self.ring_tokens[: len(batch.reqs)].scatter_(1, slot.unsqueeze(1), drawn)
+            self.ring_steps[: len(batch.reqs)].scatter_(1, slot.unsqueeze(1), steps.unsqueeze(1))
             return logits
         one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
         logits[batch.row_index] = one_hot.to(logits.dtype)
-        # The draw is the token vLLM takes: into the ring, at this step's slot.
-        self.ring_tokens[batch.row_index, slot.squeeze(1)] = drawn.squeeze(1)
-        self.ring_steps[batch.row_index, slot.squeeze(1)] = steps
+        self.ring_tokens[batch.row_index, slot] = drawn.squeeze(1)
+        self.ring_steps[batch.row_index, slot] = steps
         return logits
 
     def mixture(
