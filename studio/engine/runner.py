@@ -107,18 +107,23 @@ def load_model(
     return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
 
 
-def warm_without_lm(model: Any) -> int:
-    """The warm-up take with replayed speech tokens in place of the LM (`ReplayTokens`): it warms the text
-    frontend, the prompt features, the flow (its CUDA graphs) and HiFT while the LM is not ready yet.
-    Returns the chunks it made."""
+def warm_without_lm(model: Any, takes: int = 2) -> int:
+    """The warm-up take with replayed speech tokens in place of the LM (`ReplayTokens`), ``takes`` times: it
+    warms the text frontend, the prompt features, the flow (its CUDA graphs) and HiFT while the LM is not
+    ready yet. A voice's second take reads its prompt's cached flow state, so its flow solves have other
+    shapes than the first one's: warmed too, the warm-up take after the start finds every graph captured.
+    Returns the chunks made."""
     from studio.engine.warmup import warmup_request
     from studio.tts.llm.replay import ReplayTokens
 
-    start = time.perf_counter()
-    spec = build_spec(warmup_request())
-    spec.token_backend = ReplayTokens()
-    chunks = sum(1 for _ in model.synthesize(spec))
-    log.info("warmed up without the LM in %.1f s (%d chunks)", time.perf_counter() - start, chunks)
+    start, chunks = time.perf_counter(), 0
+    for _ in range(takes):
+        spec = build_spec(warmup_request())
+        spec.token_backend = ReplayTokens()
+        chunks += sum(1 for _ in model.synthesize(spec))
+    log.info(
+        "warmed up without the LM in %.1f s (%d takes, %d chunks)", time.perf_counter() - start, takes, chunks
+    )
     return chunks
 
 

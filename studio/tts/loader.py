@@ -36,6 +36,7 @@ from studio.model_layout import (
 )
 from studio.tts.config import ModelConfig, read_config
 from studio.tts.device.fork_gate import ForkGate
+from studio.tts.device.skip_init import no_random_init
 from studio.tts.errors import ConfigError, MissingModelFileError, ModelFolderError
 from studio.tts.llm.model import BACKBONE_LAYERS
 
@@ -207,9 +208,10 @@ def load_llm(
 def load_flow(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
     """The flow-matching decoder from flow.pt, strictly (mismatches list keys and shapes)."""
     path = model_dir / FLOW_FILE
-    flow = _build(config, "flow", path)
-    load_strict(flow, read_state_dict(path, "cpu"), path)
-    return flow.to(device).eval()
+    with no_random_init():  # the strict load below replaces every parameter
+        flow = _build(config, "flow", path)
+    load_strict(flow, read_state_dict(path, "cpu"), path, assign=True)  # the file's tensors, not copies
+    return flow.float().to(device).eval()
 
 
 def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> torch.nn.Module:
@@ -217,7 +219,8 @@ def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
     from studio.tts.hift.model import load_hift_state_dict
 
     path = model_dir / HIFT_FILE
-    hift = _build(config, "hift", path)
+    with no_random_init():  # the strict load below replaces every parameter
+        hift = _build(config, "hift", path)
     state = read_state_dict(path, "cpu")
     load_strict(hift, state, path, loader=load_hift_state_dict)
     return hift.to(device).eval()

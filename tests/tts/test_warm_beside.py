@@ -8,6 +8,7 @@ import types
 
 import torch
 
+from studio.tts.flow.streaming.prompt_cache import default_cache
 from studio.tts.llm.replay import SPEECH_TOKENS, ReplayTokens
 from studio.tts.llm.sampling import RasSampling
 
@@ -46,7 +47,13 @@ def test_the_warm_up_without_the_lm_never_asks_the_lm(tiny_model_dir):
             raise AssertionError("the LM was asked during the warm-up without it")
 
     voice.backend = NoLM()
-    assert warm_without_lm(voice) >= 2  # the streamed warm-up take: several chunks, all through the flow
+    cache = default_cache("cpu")
+    cache.clear()
+    one = warm_without_lm(voice, takes=1)
+    assert one >= 2  # the streamed warm-up take: several chunks, all through the flow
+    hits = cache.stats()["hits"]
+    assert warm_without_lm(voice) == 2 * one  # by default twice: the second take of the voice ...
+    assert cache.stats()["hits"] >= hits + 2  # ... reads the prompt's cached flow state (its other shapes)
 
 
 def test_load_runs_then_on_the_loading_thread_while_beside_still_runs(tiny_model_dir):

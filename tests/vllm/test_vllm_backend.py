@@ -137,3 +137,21 @@ def test_cancel_aborts_and_frees_the_request(vllm_voice, how):
     while backend.num_live_requests and time.monotonic() < deadline:
         time.sleep(0.05)
     assert backend.num_live_requests == 0
+
+
+def test_the_warm_up_request_runs_ras_on_the_engine_and_a_failing_one_is_only_logged(vllm_voice, caplog):
+    from studio.tts.llm.vllm.warm import warm_first_request
+
+    class Broken:
+        hidden_size = vllm_voice.backend.hidden_size
+
+        def generate(self, *args, **kwargs):
+            raise RuntimeError("engine gone")
+
+    with caplog.at_level("INFO", logger="studio.tts.llm.vllm.warm"):
+        warm_first_request(vllm_voice.backend, tokens=3)  # the real engine: RAS, stops ignored
+        warm_first_request(Broken())
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("vLLM's first request (3 tokens) took") for m in messages), messages
+    assert any("warm-up request failed" in m for m in messages)
+    assert vllm_voice.backend.num_live_requests == 0  # nothing left behind in the engine

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from studio import envs
 from studio.tts.errors import BackendUnavailableError
 from studio.tts.llm.backend import check_prompt_embeds
+from studio.tts.llm.vllm.warm import warm_first_request
 from studio.vllm_options import VLLM_DEFAULTS, with_defaults
 
 if TYPE_CHECKING:
@@ -426,9 +427,11 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
         engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
     log.info("vLLM engine ready in %.1f s", time.perf_counter() - started)
     run_dtype = engine.model_config.dtype if hasattr(engine, "model_config") else getattr(torch, dtype)
-    return VllmTokenBackend(
+    backend = VllmTokenBackend(
         engine,
         stop_token_ids=list(llm.stop_token_ids),
         hidden_size=int(llm.llm_input_size),
         embed_dtype=run_dtype,
     )
+    warm_first_request(backend)
+    return backend
