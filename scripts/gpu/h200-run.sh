@@ -63,7 +63,7 @@ sampled_start() {  # $1: folder under /tmp, $2: name, $3: seconds allowed, rest:
   env "$@" timeout "$limit" python3 scripts/gpu/start_profile.py --model /tmp/full --json "$dir/start-$name.json" \
     --sample "$dir/samples-$name" >"$dir/start-$name.log" 2>&1
   echo "== $name: rc $?"
-  grep -E "time_to_ready_s|process_start_to_ready|\"at_s" "$dir/start-$name.log" | head -4
+  grep -E "time_to_ready_s|process_start_to_ready|\"at_s|at_load|after_warm_up" "$dir/start-$name.log" | head -6
   grep -E "^ +[0-9]+ ms|init engine|Graph capturing|Traceback|Error" "$dir/start-$name.log" | grep -v "config:" \
     | cut -c1-160 | tail -12
 }
@@ -219,6 +219,16 @@ S20)  # same warm machine: the 24 GiB budget at 16 and 32 streams
 S21)  # same warm machine: the engine core spawned instead of forked, every level (the fork/spawn A/B)
   VLLM_WORKER_MULTIPROC_METHOD=spawn budget_bench stop16-spawned-c1-4-16-32-64 400 --warmup-rounds 2 \
     --concurrency 1,4,16,32,64
+  ;;
+S22)  # stop 17, after the five part-copy calls: install, three starts one process each, every thread's stack
+      # sampled (flow and HiFT built without random init, vLLM's first request at its start, the warm-up
+      # beside runs the voice's second take too), then every level
+  install
+  for name in first second third; do sampled_start s22 "$name" 170; done
+  tar -czf "$out/s22-starts.tar.gz" -C /tmp s22
+  ;;
+S23)  # same warm machine: every level
+  budget_bench stop17-c1-4-16-32-64 560 --warmup-rounds 2 --concurrency 1,4,16,32,64
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens

@@ -72,8 +72,10 @@ def main() -> None:
         warm_beside=not args.no_warm_beside,
     )
     marks["loaded_s"] = _since()
+    captures = {"at_load": _captures(loaded.model)}
     runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
     marks["warm_s"] = _since()
+    captures["after_warm_up"] = _captures(loaded.model)
     if sampler is not None:
         sampler.stop()
     plan = getattr(loaded.model, "vram_plan", None)
@@ -86,6 +88,7 @@ def main() -> None:
         "time_to_ready_s": round(loaded.load_seconds + marks["warm_s"] - marks["loaded_s"], 3),  # as bench
         "process_start_to_ready_s": marks["warm_s"],
         "forks": FORKS,
+        "flow_graph_captures": captures,  # a capture in the warm-up after the load is time the start could save
         "vram_plan": None if plan is None else plan.describe(),
         "environment": {k: v for k, v in os.environ.items() if k.startswith(("STUDIO_", "VLLM_"))},
         "versions": {"torch": torch.__version__, "vllm": vllm.__version__},
@@ -94,6 +97,12 @@ def main() -> None:
     with open(args.json, "w") as handle:
         json.dump(result, handle, indent=1)
     loaded.close()
+
+
+def _captures(model) -> int:
+    from studio.tts.flow.streaming.solver import solver_stats
+
+    return solver_stats(model.model.flow)["captures"]
 
 
 if __name__ == "__main__":
