@@ -133,6 +133,12 @@ VLLM_COMPILE = _define(
     "vLLM compiles the LM with torch.compile (0: vLLM's own kernels replayed in CUDA graphs, nothing compiled)",
     speed=True,
 )
+RAS_GRAPHS = _define(
+    "STUDIO_RAS_GRAPHS",
+    "1",
+    "vLLM on CUDA: the RAS draw of each LM step replayed as a CUDA graph per batch size (0: eager kernels)",
+    speed=True,
+)
 CUDA_GRAPHS = _define(
     "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
 )

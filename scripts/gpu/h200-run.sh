@@ -234,6 +234,22 @@ S22)  # stop 17, after the five part-copy calls: install, three starts one proce
 S23)  # same warm machine: every level
   budget_bench stop17-c1-4-16-32-64 560 --warmup-rounds 2 --concurrency 1,4,16,32,64
   ;;
+S24)  # stop 17, second machine, after the five part-copy calls: install, the RAS tests on CUDA (graphed draw =
+      # eager draw), the LM alone with RAS graphed and eager (greedy beside), then three sampled starts
+  install
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_vllm_sampling.py 2>&1 | tail -3
+  timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 --tokens 200 \
+    --json "$out/llm-only-ras-graphs.json" >"$out/llm-only.log" 2>&1
+  grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-300
+  STUDIO_RAS_GRAPHS=0 timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 \
+    --tokens 200 --json "$out/llm-only-ras-eager.json" >"$out/llm-only-eager.log" 2>&1
+  grep -E "^(greedy|ras)|rror" "$out/llm-only-eager.log" | cut -c1-300
+  for name in first second third; do sampled_start s24 "$name" 150; done
+  tar -czf "$out/s24-starts.tar.gz" -C /tmp s24
+  ;;
+S25)  # same warm machine: every level (RAS graphed)
+  budget_bench stop17-ras-graphs-c1-4-16-32-64 400 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

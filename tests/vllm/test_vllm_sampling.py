@@ -260,3 +260,64 @@ def test_the_input_batch_skips_the_token_sync_only_when_ras_is_the_only_custom_p
         logitsprocs=LogitsProcessors([ras]), logitsprocs_need_output_token_ids=True, reasoning_config=object()
     )
     assert seen == [False, True, True]
+
+
+def _scenario_draws(processor: RasLogitsProcessor, vocab: int) -> list[list[int]]:
+    """Requests join, run, repeat tokens (a small vocabulary), leave, move and stop leading the batch;
+    the tokens each request got, as vLLM would have taken them (the argmax of the one-hot rows)."""
+    sampling = RasSampling(top_p=0.9, top_k=6, win_size=4, tau_r=0.5)
+    device = processor.device
+    generator = torch.Generator().manual_seed(5)
+    base = torch.randn(1, vocab, generator=generator)
+    outputs: list[list[int]] = [[] for _ in range(4)]
+    rows: dict[int, int] = {}  # row -> request
+
+    def update(removed=(), added=(), moved=()):
+        for row in removed:
+            rows.pop(row)
+        for row, request in added:
+            rows[row] = request
+        for a, b in moved:
+            rows[b] = rows.pop(a)
+        processor.update_state(
+            BatchUpdate(
+                batch_size=len(rows),
+                removed=list(removed),
+                moved=[(a, b, MoveDirectionality.UNIDIRECTIONAL) for a, b in moved],
+                added=[
+                    (row, ras_params(sampling, min_len=3, seed=10 + r), None, outputs[r]) for row, r in added
+                ],
+            )
+        )
+
+    def steps(count: int) -> None:
+        for _ in range(count):
+            width = max(rows) + 1
+            logits = (base + 0.3 * torch.randn(width, vocab, generator=generator)).to(device)
+            out = processor.apply(logits)
+            for row, request in rows.items():
+                outputs[request].append(int(out[row].argmax()))
+
+    update(added=[(0, 0)])
+    steps(6)
+    update(added=[(1, 1), (2, 2)])
+    steps(5)
+    update(removed=[1])  # row 1 leaves a gap: the rows no longer lead (gathers, eager)
+    steps(3)
+    update(moved=[(2, 1)])  # leading again, two rows: the graph of that size replays
+    steps(4)
+    update(added=[(2, 3)])
+    steps(5)
+    return outputs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("vocab", [12, 6564])
+def test_the_graphed_draw_gives_every_request_the_tokens_of_the_eager_one(vocab, monkeypatch):
+    device = torch.device("cuda")
+    graphed = RasLogitsProcessor(None, device, True)
+    monkeypatch.setenv("STUDIO_RAS_GRAPHS", "0")
+    eager = RasLogitsProcessor(None, device, True)
+    assert graphed.graphs is not None and eager.graphs is None
+    assert _scenario_draws(graphed, vocab) == _scenario_draws(eager, vocab)
+    assert 1 <= graphed.graphs.captures <= 3  # one graph per batch size seen leading, replayed after

@@ -32,6 +32,9 @@ import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from studio import envs
+from studio.tts.llm.vllm.ras_graphs import RasGraphs
+
 EXTRA_ARGS_KEY = "cosyvoice_ras"
 PROCESSOR_PATH = "studio.tts.llm.vllm.sampling:RasLogitsProcessor"
 
@@ -133,6 +136,11 @@ class RasLogitsProcessor(LogitsProcessor):
         self._step_buffers: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
         self._turn = 0
         self.vocab = 0  # the logits' width, known at the first step (stop ids beyond it are dropped)
+        self._stop_row = torch.zeros(1, 0, dtype=torch.bool, device=self.device)  # rewritten in place
+        # The draw of leading rows replayed as one CUDA graph per batch size (STUDIO_RAS_GRAPHS=0: eager).
+        self.graphs = (
+            RasGraphs(self.device) if self.device.type == "cuda" and envs.RAS_GRAPHS.enabled() else None
+        )
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -226,7 +234,9 @@ class RasLogitsProcessor(LogitsProcessor):
             k_max = min(max(r.top_k for r in reqs), self.vocab)
             ranks = torch.arange(k_max, device=self.device).unsqueeze(0)
             stop_ids = sorted({s for r in reqs for s in r.stop_ids if s < self.vocab})
-            stop_row = torch.zeros(1, self.vocab, dtype=torch.bool, device=self.device)
+            if self._stop_row.shape[1] != self.vocab:
+                self._stop_row = torch.zeros(1, self.vocab, dtype=torch.bool, device=self.device)
+            stop_row = self._stop_row.fill_(False)  # in place: a captured draw reads it where it is
             stop_row[:, self._upload(stop_ids, torch.int64)] = True
             window = column(_WIN).long()
             self._batch = _Batch(
@@ -248,14 +258,16 @@ class RasLogitsProcessor(LogitsProcessor):
         """The batch's rows of `table`: a slice when they lead, else a gather."""
         return table[: len(batch.reqs)] if batch.leading else table.index_select(0, batch.row_index)
 
-    def _steps(self, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _steps(self, batch: _Batch, into: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's step (tokens it has output) and uniform number, on the device: one copy, through
-        pinned memory on CUDA (the uniforms travel as the bits of float64 in the int64 buffer)."""
+        pinned memory on CUDA (the uniforms travel as the bits of float64 in the int64 buffer), into the
+        front of the device buffer `into` when given."""
         lengths = np.fromiter((len(r.output_ids) for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
         n = len(lengths)
         uniforms = host_uniforms(batch.seeds, lengths).view(np.int64)
         if not self.pin_memory:
             both = torch.from_numpy(np.concatenate([lengths, uniforms])).to(self.device)
+            both = both if into is None else into[: 2 * n].copy_(both)
         else:
             if not self._step_buffers or self._step_buffers[0][0].shape[0] < 2 * n:
                 size = 2 * max(n, 64)
@@ -268,7 +280,10 @@ class RasLogitsProcessor(LogitsProcessor):
                 copied.synchronize()  # its copy of two steps ago has long finished: no wait in practice
             host = buffer.numpy()
             host[:n], host[n : 2 * n] = lengths, uniforms
-            both = buffer[: 2 * n].to(self.device, non_blocking=True)
+            if into is None:
+                both = buffer[: 2 * n].to(self.device, non_blocking=True)
+            else:
+                both = into[: 2 * n].copy_(buffer[: 2 * n], non_blocking=True)
             event = torch.cuda.Event()
             event.record()
             self._step_buffers[self._turn] = (buffer, event)
@@ -281,24 +296,58 @@ class RasLogitsProcessor(LogitsProcessor):
             return logits
         self._see_vocab(logits.shape[-1])
         batch = self._batch_tensors()
+        if batch.leading:  # in place: the rows are 0..n-1
+            if self.graphs is not None:
+                drawn = self.graphs.draw(self, batch, logits)
+            else:
+                steps, uniforms = self._steps(batch)
+                drawn = self.draw_leading(batch, logits[: len(batch.reqs)], steps, uniforms)
+            logits[: len(batch.reqs)].fill_(float("-inf")).scatter_(1, drawn, 0.0)
+            return logits
         steps, uniforms = self._steps(batch)
         mixture = self._mixture(batch, logits, steps)
-        cdf = torch.cumsum(mixture, dim=-1, dtype=torch.float64)
-        targets = (uniforms * cdf[:, -1]).unsqueeze(1)
-        drawn = torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
-        # The draw is the token vLLM takes: into the ring, at this step's slot.
-        slot = steps % batch.slots
-        if batch.leading:  # in place: the rows are 0..n-1
-            rows = logits[: len(batch.reqs)]
-            rows.fill_(float("-inf")).scatter_(1, drawn, 0.0)
-            self.ring_tokens[: len(batch.reqs)].scatter_(1, slot.unsqueeze(1), drawn)
-            self.ring_steps[: len(batch.reqs)].scatter_(1, slot.unsqueeze(1), steps.unsqueeze(1))
-            return logits
+        drawn = self._draw(mixture, uniforms)
+        slot = steps % batch.slots  # the draw is the token vLLM takes: into the ring, at this step's slot
         one_hot = torch.full_like(mixture, float("-inf")).scatter_(1, drawn, 0.0)
         logits[batch.row_index] = one_hot.to(logits.dtype)
         self.ring_tokens[batch.row_index, slot] = drawn.squeeze(1)
         self.ring_steps[batch.row_index, slot] = steps
         return logits
+
+    def draw_leading(
+        self, batch: _Batch, rows: torch.Tensor, steps: torch.Tensor, uniforms: torch.Tensor
+    ) -> torch.Tensor:
+        """The draws [n, 1] of the batch's leading rows (`rows`: their logits), recorded in the ring in place;
+        nothing here waits for the device or reads the host, so it can be captured as a graph."""
+        n = len(batch.reqs)
+        drawn = self._draw(self._mixture(batch, rows, steps), uniforms)
+        slot = (steps % batch.slots).unsqueeze(1)
+        self.ring_tokens[:n].scatter_(1, slot, drawn)
+        self.ring_steps[:n].scatter_(1, slot, steps.unsqueeze(1))
+        return drawn
+
+    def resident_batch(self, batch: _Batch) -> _Batch:
+        """`batch` with its columns computed from the leading rows of the per-row table, which stays where it
+        is while the batch changes: what a captured draw reads stays valid for every batch of its size."""
+        params = self.params[: len(batch.reqs)]
+        column = lambda i: params[:, i : i + 1]  # noqa: E731
+        window = column(_WIN).long()
+        ranks = torch.arange(batch.head_allowed.shape[1], device=self.device).unsqueeze(0)
+        return batch._replace(
+            top_p=column(_TOP_P),
+            threshold=column(_THRESHOLD),
+            window=window,
+            slots=window.squeeze(1).clamp(min=1),
+            min_len=column(_MIN_LEN),
+            head_allowed=ranks < column(_TOP_K),
+        )
+
+    @staticmethod
+    def _draw(mixture: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """Inverse CDF: each row's token for its uniform number, [rows, 1]."""
+        cdf = torch.cumsum(mixture, dim=-1, dtype=torch.float64)
+        targets = (uniforms * cdf[:, -1]).unsqueeze(1)
+        return torch.searchsorted(cdf, targets, right=True).clamp_(max=mixture.shape[-1] - 1)
 
     def mixture(
         self, logits: torch.Tensor, steps: torch.Tensor | None = None
