@@ -237,7 +237,10 @@ S23)  # same warm machine: every level
 S24)  # stop 17, second machine, after the five part-copy calls: install, the RAS tests on CUDA (graphed draw =
       # eager draw), the LM alone with RAS graphed and eager (greedy beside), then three sampled starts
   install
-  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_vllm_sampling.py 2>&1 | tail -3
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_vllm_sampling.py >"$out/ras-tests.log" 2>&1 \
+    || export STUDIO_RAS_GRAPHS=0  # the rest still measures something
+  grep -E "passed|failed|Assertion|assert |Error" "$out/ras-tests.log" | head -8
+  echo "STUDIO_RAS_GRAPHS=${STUDIO_RAS_GRAPHS:-1}"
   timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 --tokens 200 \
     --json "$out/llm-only-ras-graphs.json" >"$out/llm-only.log" 2>&1
   grep -E "^(greedy|ras)|rror" "$out/llm-only.log" | cut -c1-300

@@ -60,14 +60,13 @@ class RasGraphs:
     ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         n = len(batch.reqs)
         steps, uniforms = self._steps[:n], self._steps[n : 2 * n].view(torch.float64)
-        resident = processor.resident_batch(batch)
         # The warm-up run records its draw in the rings: put them back, so the replay sees this step's window.
         rings = processor.ring_tokens[:n].clone(), processor.ring_steps[:n].clone()
-        graph, drawn, self._pool = capture_graph(
-            lambda: processor.draw_leading(resident, self._logits[:n], steps, uniforms),
-            self.device,
-            self._pool,
-        )
+
+        def run() -> torch.Tensor:  # the batch's columns computed inside: their memory is the graph's own
+            return processor.draw_leading(processor.resident_batch(batch), self._logits[:n], steps, uniforms)
+
+        graph, drawn, self._pool = capture_graph(run, self.device, self._pool)
         processor.ring_tokens[:n].copy_(rings[0])
         processor.ring_steps[:n].copy_(rings[1])
         self.captures += 1
