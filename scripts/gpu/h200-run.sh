@@ -247,6 +247,9 @@ S24)  # stop 17, second machine, after the five part-copy calls: install, the RA
   STUDIO_RAS_GRAPHS=0 timeout 150 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 \
     --tokens 200 --json "$out/llm-only-ras-eager.json" >"$out/llm-only-eager.log" 2>&1
   grep -E "^(greedy|ras)|rror" "$out/llm-only-eager.log" | cut -c1-300
+  [ -n "${LM_ONLY:-}" ] && exit
+  [ -n "${NO_STARTS:-}" ] && { budget_bench stop17-ras-graphs-c1-4-16-32-64 200 --warmup-rounds 2 \
+    --concurrency 1,4,16,32,64; exit; }  # little device time left: the levels instead of the starts
   for name in first second third; do sampled_start s24 "$name" 150; done
   tar -czf "$out/s24-starts.tar.gz" -C /tmp s24
   ;;
