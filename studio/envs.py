@@ -127,6 +127,13 @@ FLOW_ARENA_SHARE = _define(
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )
+FLOW_TURN_MS = _define(
+    "STUDIO_FLOW_TURN_MS",
+    "250",
+    "vLLM: while the flow makes a take's first chunk, the LM's next step waits (the GPU is the flow's) "
+    "for at most this many ms (0: the two time-slice the GPU)",
+    speed=True,
+)
 VLLM_COMPILE = _define(
     "STUDIO_VLLM_COMPILE",
     "1",
@@ -147,6 +154,12 @@ PROMPT_FEATURES_CACHE = _define(
     "32",
     "prompts whose features (speech tokens, speaker embedding, mel) are cached by content (0 = off)",
     speed=True,
+)
+# -- set by the studio for the processes it starts -----------------------------------------------------------
+FLOW_TURN_FILE = _define(
+    "STUDIO_FLOW_TURN_FILE",
+    "(set by the studio)",
+    "vLLM's processes: the file in shared memory through which the flow asks them for the GPU",
 )
 # -- diagnostics -------------------------------------------------------------------------------------------
 DEBUG = _define("STUDIO_DEBUG", "0", "commands print the whole traceback of a failure")

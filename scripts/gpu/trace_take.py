@@ -120,6 +120,22 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
             f"\nLM: first token at {tokens[0]['start_ms']:.1f} ms after the take began; then "
             f"{sum(gaps) / len(gaps):.2f} ms per token on average (min {min(gaps):.2f}, max {max(gaps):.2f})."
         )
+        first_render = next((r["start_ms"] for r in rows if r["event"] == "chunk.render"), None)
+        before = [
+            g
+            for g, t in zip(gaps, tokens[1:], strict=False)
+            if first_render is None or t["start_ms"] <= first_render
+        ]
+        after = gaps[len(before) :]
+        if before:
+            lines.append(
+                f"Before the first flow call {sum(before) / len(before):.2f} ms per token ({len(before)} gaps); "
+                + (
+                    f"after it {sum(after) / len(after):.2f} ms ({len(after)} gaps)."
+                    if after
+                    else "none after it."
+                )
+            )
     first_flow = next((r for r in rows if r["event"] == "chunk.render"), None)
     first_hift = next((r for r in rows if r["event"] == "hift.call"), None)
     waited = sum(

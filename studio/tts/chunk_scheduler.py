@@ -15,7 +15,9 @@ worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`)
 4. solves all of the new chunks' Euler steps in as few batches as the solver's budget allows, then runs
    their HiFT and starts the copies of their audio to the host, and does not wait for them.
 
-It never waits while a chunk is queued and the GPU is idle. A chunk whose take is cancelled while it
+It never waits while a chunk is queued and the GPU is idle. A tick that holds a take's first chunk has the
+GPU to itself: vLLM's LM steps wait until the tick is done (tts/device/flow_turn.py), instead of
+time-slicing the GPU with it while a listener waits for the first sound. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
 tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from studio import envs
+from studio.tts.device import flow_turn
 from studio.tts.flow.streaming.incremental import FlowStep
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH, solver_for
 
@@ -56,6 +59,7 @@ class ChunkJob:
     deadline: float
     seq: int
     submitted: float
+    first: bool = False  # the take's first chunk: nothing of it plays yet
     done: threading.Event = field(default_factory=threading.Event)
     step: FlowStep | None = None
     speech: torch.Tensor | None = None  # on the host once done
@@ -72,6 +76,7 @@ class _Tick:
     jobs: list[ChunkJob]
     event: torch.cuda.Event | None  # recorded after the tick's last copy to the host (CUDA only)
     start: torch.cuda.Event | None = None  # recorded before the tick's first kernel (CUDA only)
+    first: bool = False  # holds a take's first chunk: the flow holds the GPU's turn until it is delivered
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
@@ -96,13 +101,22 @@ class ChunkScheduler:
         # where the thread's time goes: launching work, waiting for the GPU, idle; and the GPU's time per
         # tick (first kernel to last copy, time-sliced waits included): host-bound or GPU-bound at a glance
         self.host_seconds = self.wait_seconds = self.idle_seconds = self.gpu_seconds = 0.0
+        self.turn_ticks = 0  # ticks for which the LM waited (they held a first chunk)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
 
     # -- the take's side --------------------------------------------------------------------------
     def render(self, stream, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, float, float]:
         """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches)."""
         now = time.monotonic()
-        job = ChunkJob(stream, list(tokens), finalize, stream.deadline(now), next(self._seq), now)
+        job = ChunkJob(
+            stream,
+            list(tokens),
+            finalize,
+            stream.deadline(now),
+            next(self._seq),
+            now,
+            first=stream.first_pending,
+        )
         with self._condition:
             if self._closed:
                 raise RuntimeError("the chunk scheduler was closed")
@@ -172,7 +186,10 @@ class ChunkScheduler:
             self.idle_seconds += idle_until - asked
             self.wait_seconds += started - idle_until
             waited_before = self.wait_seconds
+            first = any(job.first for job in jobs)
             try:
+                if first and flow_turn.hold():  # before its first kernel: the LM's next step waits
+                    self.turn_ticks += 1
                 start = self._gpu_mark() if jobs else None
                 if inflight is not None and inflight.ready():  # hand out finished audio at once
                     inflight = self._deliver(inflight)
@@ -181,13 +198,15 @@ class ChunkScheduler:
                     inflight = self._deliver(inflight)
                 if begun:
                     inflight = self._launch(begun)
-                    inflight.start = start
+                    inflight.start, inflight.first = start, first
             except BaseException as exc:  # noqa: BLE001 - no take may wait forever; the thread goes on
                 log.exception("flow scheduler: a tick failed")
                 for job in jobs + ([] if inflight is None else inflight.jobs):
                     if not job.done.is_set():
                         job.fail(exc)
                 inflight = None
+            if inflight is None or not inflight.first:  # no first chunk on the GPU any more
+                flow_turn.release()
             self.host_seconds += time.monotonic() - started - (self.wait_seconds - waited_before)
 
     def _gpu_mark(self) -> torch.cuda.Event | None:
@@ -309,6 +328,7 @@ _STATS = (  # name in bench's JSON, attribute
     ("scheduler_gpu_wait_s", "wait_seconds"),
     ("scheduler_idle_s", "idle_seconds"),
     ("tick_gpu_s", "gpu_seconds"),
+    ("turn_ticks", "turn_ticks"),
 )
 
 

@@ -25,6 +25,7 @@ from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
 from studio.tts.chunk_scheduler import ChunkCancelled
 from studio.tts.errors import BackendUnavailableError, SynthesisError
+from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.loader import load_model_folder_beside, load_spk2info
 from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
@@ -283,8 +284,12 @@ class CosyVoice2:
     ) -> Iterator[dict]:
         llm = self.model.llm
         text_ids = self._encode(sentence)
-        with torch.inference_mode():
-            embeds = llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0]
+        token_backend = spec.token_backend or self.backend
+        embeds = prompt_embeds_for(  # vLLM's on the host at once, never behind the flow's queued work
+            token_backend,
+            lambda: llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0],
+            llm.speech_embedding.weight.device,
+        )
         n_prompt = len(prompt.prompt_text_ids)
         min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
         ignore_stop = spec.exact_speech_tokens is not None
@@ -293,7 +298,7 @@ class CosyVoice2:
         cancel = LinkedEvent(spec.cancel)
 
         def generate():
-            return (spec.token_backend or self.backend).generate(
+            return token_backend.generate(
                 embeds,
                 min_len=min_len,
                 max_len=max_len,

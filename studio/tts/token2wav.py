@@ -196,6 +196,11 @@ class Token2WavStream:
         self._audio_out += speech.shape[1] / SAMPLE_RATE
         return speech, times
 
+    @property
+    def first_pending(self) -> bool:
+        """Nothing of the take was handed out yet: its listener waits for the first sound."""
+        return self._first_out is None
+
     def deadline(self, now: float) -> float:
         """When the take's next chunk is due (monotonic): now for its first, else when the audio handed
         out so far would have played from the first chunk on (the `ChunkScheduler` serves the earliest)."""

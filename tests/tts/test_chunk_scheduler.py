@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from studio.tts.chunk_scheduler import ChunkCancelled, ChunkScheduler
+from studio.tts.device import flow_turn
+from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
 from studio.tts.flow.cfm import NOISE_FRAMES
 from studio.tts.flow.streaming import incremental
 from studio.tts.flow.streaming.batched_solve import EstimatorState
@@ -323,3 +325,33 @@ def test_a_batch_failing_while_it_writes_back_keeps_the_results_already_written(
             SolveRequest(EstimatorState(), request.mu, request.spks, request.cond, 0, 0, None, 10)
         )
         assert relative_error(request.result, alone) < 1e-5
+
+
+def test_a_tick_with_a_first_chunk_holds_the_gpu_turn_until_its_audio_is_out(modules, scheduler, monkeypatch):  # noqa: F811
+    flow, hift = modules
+    monkeypatch.delenv(FILE_VARIABLE, raising=False)
+    turn = flow_turn.share()
+    waiter = TurnWaiter(turn.path)  # what vLLM's engine core reads before each LM step
+    ticks = []  # per tick: (it holds a first chunk, the LM would wait while its chunks are launched)
+    launch = ChunkScheduler._launch
+
+    def launched(self, jobs):
+        ticks.append((any(job.first for job in jobs), waiter.until() > time.monotonic()))
+        return launch(self, jobs)
+
+    monkeypatch.setattr(ChunkScheduler, "_launch", launched)
+    prompt_tokens, n_tokens, seed = TAKES[0]
+    try:
+        for _ in range(2):  # a second take of the same voice starts over with a first chunk
+            stream = make_stream(flow, hift, prompt_tokens, seed, scheduled=True)
+            tokens = speech_tokens(n_tokens, seed)
+            for end, final in calls(stream, n_tokens):
+                stream.finish(tokens) if final else stream.chunk(tokens[:end])
+            assert waiter.until() == 0.0  # given back: the LM steps freely between takes
+    finally:
+        turn.close()
+    per_take = len(ticks) // 2
+    assert per_take >= 2 and ticks[:per_take] == ticks[per_take:]
+    assert ticks[0] == (True, True)
+    assert set(ticks[1:per_take]) == {(False, False)}
+    assert scheduler.turn_ticks == 2

@@ -191,3 +191,22 @@ def test_normalisation_needs_no_network(monkeypatch):
     normalizer = TextNormalizer()
     assert normalizer.normalize("I paid 42 dollars.") == ("I paid forty two dollars.", "en")
     assert normalizer.normalize("价格是25.5元") == ("价格是二十五点五元", "zh")
+
+
+def test_a_text_is_normalised_once_then_served_from_the_cache(monkeypatch):
+    from studio.tts.frontend.text_normalize import TextNormalizer
+
+    normalizer = TextNormalizer()
+    zh, en = normalizer._models()
+    seen: list[str] = []
+    normalize = en.normalize
+    monkeypatch.setattr(en, "normalize", lambda text: seen.append(text) or normalize(text))
+    first = normalizer.normalize("Take 3 of 12 dollars.")
+    for _ in range(3):
+        assert (
+            normalizer.normalize("Take 3 of 12 dollars.") == first == ("Take three of twelve dollars.", "en")
+        )
+    assert normalizer.split("Take 3 of 12 dollars.", len) == ["Take three of twelve dollars."]
+    assert seen == ["Take 3 of 12 dollars."]  # wetext ran once for four normalisations and a split
+    normalizer.normalize("Another 7.")
+    assert seen == ["Take 3 of 12 dollars.", "Another 7."]

@@ -113,6 +113,34 @@ def test_ras_is_seeded_per_request_and_exact_length_ignores_stops(vllm_voice):
     assert all(len(r) == 40 and max(r) < 6561 for r in results.values())
 
 
+def test_the_lm_waits_while_the_flow_holds_the_gpu_turn(vllm_voice):
+    from studio.tts.device import flow_turn
+
+    backend = vllm_voice.backend
+    assert backend.turn is not None and not backend.turn.path.exists()  # shared, its name gone once started
+    backend.turn.max_seconds = 8.0  # the release ends this turn (the engine's own bound: 10 s)
+    arrived: list[float] = []
+
+    def take() -> None:
+        stream = backend.generate(
+            prompt_for(vllm_voice, [4, 5]), min_len=0, max_len=12, sampling=RasSampling(), seed=3,
+            cancel=threading.Event(), ignore_stop=True,
+        )  # fmt: skip
+        arrived.extend(time.monotonic() for _ in stream)
+
+    flow_turn.hold()
+    try:
+        thread = threading.Thread(target=take)
+        thread.start()
+        time.sleep(2.0)  # dozens of steps of this tiny LM
+        assert not arrived, "vLLM's engine stepped while the flow held the GPU"
+    finally:
+        released = time.monotonic()
+        flow_turn.release()
+    thread.join(60)
+    assert len(arrived) == 12 and arrived[0] >= released
+
+
 @pytest.mark.parametrize("how", ["event", "close"])
 def test_cancel_aborts_and_frees_the_request(vllm_voice, how):
     backend = vllm_voice.backend

@@ -8,12 +8,14 @@ upstream's extra inflect pass only catches digits wetext leaves, and is not repr
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import unicodedata
 from collections.abc import Callable
 
 TOKEN_MAX_N, TOKEN_MIN_N, MERGE_LEN = 80, 60, 20
+NORMALIZED_CACHE = 1024  # texts whose normalisation is kept
 _CHINESE = re.compile(r"[\u4e00-\u9fff]+")
 _ZH_PUNCTUATION = ("。", "？", "！", "；", "：", "、", ".", "?", "!", ";")
 _EN_PUNCTUATION = (".", "?", "!", ";", ":")
@@ -104,6 +106,9 @@ class TextNormalizer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._zh = self._en = None
+        # A voice's transcript comes back with every take, and a line with each take of it: wetext's
+        # ~4-8 ms per sentence (under the interpreter lock: 64 takes at once queue for it) is paid once.
+        self.normalize = functools.lru_cache(maxsize=NORMALIZED_CACHE)(self._normalize)
 
     def _models(self):
         with self._lock:
@@ -114,8 +119,8 @@ class TextNormalizer:
                 self._en = Normalizer()
             return self._zh, self._en
 
-    def normalize(self, text: str) -> tuple[str, str]:
-        """Return (normalised text, language 'zh' or 'en') for stripped, non-empty text."""
+    def _normalize(self, text: str) -> tuple[str, str]:
+        """(normalised text, language 'zh' or 'en') for stripped, non-empty text; `normalize` is it, cached."""
         zh, en = self._models()
         if contains_chinese(text):
             return _clean_chinese(zh.normalize(text)), "zh"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import torch
 
+from studio.tts.device.transfer import on_host_apart
 from studio.tts.llm.sampling import RasSampling
 
 
@@ -34,3 +35,14 @@ def check_prompt_embeds(prompt_embeds: torch.Tensor, hidden_size: int) -> None:
     """Refuse anything but the token-backend protocol's [L, hidden_size] prompt, before any decoding."""
     if prompt_embeds.dim() != 2 or prompt_embeds.shape[1] != hidden_size:
         raise ValueError(f"prompt_embeds must be [L, {hidden_size}], got {tuple(prompt_embeds.shape)}")
+
+
+def prompt_embeds_for(
+    backend: object, make: Callable[[], torch.Tensor], device: torch.device
+) -> torch.Tensor:
+    """`make()`'s prompt embeddings where `backend` reads them: on the host, made on a CUDA stream apart from
+    the flow's queued work, for a backend whose ``prompt_embeds_on_host`` is true (vLLM); else on the device."""
+    with torch.inference_mode():
+        if getattr(backend, "prompt_embeds_on_host", False):
+            return on_host_apart(make, device)
+        return make()

@@ -23,14 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio import envs
+from studio.tts.device import flow_turn
 from studio.tts.errors import BackendUnavailableError
 from studio.tts.llm.backend import check_prompt_embeds
+from studio.tts.llm.vllm.processes import engine_processes, reap_processes
 from studio.tts.llm.vllm.warm import warm_first_request
 from studio.vllm_options import VLLM_DEFAULTS, with_defaults
 
 if TYPE_CHECKING:
     import torch
 
+    from studio.tts.device.flow_turn import FlowTurn
     from studio.tts.llm.sampling import RasSampling
 
 log = logging.getLogger(__name__)
@@ -62,8 +65,19 @@ class _Request:
 class VllmTokenBackend:
     """Token backend over a vLLM `LLMEngine`; thread-safe `generate`, `close()` shuts the engine down."""
 
-    def __init__(self, engine: Any, *, stop_token_ids: list[int], hidden_size: int, embed_dtype: torch.dtype):
+    prompt_embeds_on_host = True  # vLLM's engine takes them from the host: the take makes them there at once
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        stop_token_ids: list[int],
+        hidden_size: int,
+        embed_dtype: torch.dtype,
+        turn: FlowTurn | None = None,
+    ):
         self._engine = engine
+        self.turn = turn  # the flow's GPU turn shared with this engine's processes, closed with it
         self.stop_token_ids = list(stop_token_ids)
         self.speech_vocab = min(self.stop_token_ids)
         self.hidden_size = hidden_size
@@ -265,44 +279,8 @@ class VllmTokenBackend:
             finally:
                 reap_processes(self._processes, max(1.0, timeout - (time.monotonic() - start)))
             log.info("vLLM engine shut down in %.1f s", time.monotonic() - start)
-
-
-def engine_processes(engine: Any) -> list[Any]:
-    """psutil handles of the processes vLLM started for `engine` (engine cores and their workers)."""
-    manager = getattr(
-        getattr(getattr(engine, "engine_core", None), "resources", None), "engine_manager", None
-    )
-    pids = [p.pid for p in getattr(manager, "processes", None) or () if getattr(p, "pid", None)]
-    if not pids:
-        return []
-    try:
-        import psutil  # a vLLM dependency
-    except ImportError:
-        return []
-    found: list[Any] = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            found += [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return found
-
-
-def reap_processes(processes: list[Any], timeout: float) -> None:
-    """Wait up to `timeout` s for `processes` (psutil handles) to end, then kill the rest."""
-    if not processes:
-        return
-    import psutil
-
-    _gone, alive = psutil.wait_procs(processes, timeout=timeout)
-    for proc in alive:
-        log.warning("vLLM process %d did not exit; killing it", proc.pid)
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+            if self.turn is not None:
+                self.turn.close()
 
 
 def engine_args(model_path: str | Path, **vllm_options: Any) -> Any:
@@ -423,8 +401,16 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     if first_export:
         export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
     started = time.perf_counter()
-    with spawning(first_export):
-        engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+    turn = flow_turn.share()  # vLLM's steps wait while the flow makes a first chunk
+    try:
+        with spawning(first_export):
+            engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+    except BaseException:
+        if turn is not None:
+            turn.close()
+        raise
+    if turn is not None:
+        turn.started()
     log.info("vLLM engine ready in %.1f s", time.perf_counter() - started)
     run_dtype = engine.model_config.dtype if hasattr(engine, "model_config") else getattr(torch, dtype)
     backend = VllmTokenBackend(
@@ -432,6 +418,7 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
         stop_token_ids=list(llm.stop_token_ids),
         hidden_size=int(llm.llm_input_size),
         embed_dtype=run_dtype,
+        turn=turn,
     )
     warm_first_request(backend)
     return backend

@@ -33,6 +33,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from studio import envs
+from studio.tts.device.flow_turn import TurnWaiter
 from studio.tts.llm.vllm.ras_graphs import RasGraphs
 
 EXTRA_ARGS_KEY = "cosyvoice_ras"
@@ -141,6 +142,9 @@ class RasLogitsProcessor(LogitsProcessor):
         self.graphs = (
             RasGraphs(self.device) if self.device.type == "cuda" and envs.RAS_GRAPHS.enabled() else None
         )
+        # The studio's flow may ask for the GPU while it makes a first chunk: each step waits for it here
+        # (this runs after the step's forward pass, before anything else of the step is launched).
+        self.flow_turn = TurnWaiter.from_environment()
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -292,6 +296,8 @@ class RasLogitsProcessor(LogitsProcessor):
     # -- one step ---------------------------------------------------------------------------------------
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Draw each RAS request's token and leave its logits row one-hot on it (greedy picks it)."""
+        if self.flow_turn is not None:
+            self.flow_turn.wait()
         if not self.requests:
             return logits
         self._see_vocab(logits.shape[-1])

@@ -1,0 +1,170 @@
+"""The LM steps aside while the flow renders a chunk a listener waits for: the GPU's turn, across processes.
+
+vLLM's engine core is another process, so it and the studio's flow share the GPU by time-slicing: a take's
+first chunk took 120-139 ms on the H200 while vLLM decoded beside it, against ~40-68 ms for the same work
+with the LM quiet (benchmarks/README.md, stops 12 and 13). Yet the LM runs 20 times faster than real time at
+one stream and 4 times at 64: a take whose first audio is being made gains nothing from the LM's next tokens
+during those milliseconds, and the listener loses them. So the flow takes the GPU for such a tick.
+
+How: a small file in shared memory holds one number, the time (``CLOCK_MONOTONIC``, the same clock in every
+process of the machine) until which the flow holds its turn; 0 when it holds none. The studio's process
+creates it before vLLM starts (`share`); vLLM's processes find it through ``STUDIO_FLOW_TURN_FILE`` and map
+it while they start, after which its name is removed (`FlowTurn.started`). The chunk scheduler holds the
+turn (`hold`, `release`) for a tick that holds a take's first chunk. The RAS logits
+processor, which runs in every LM step of vLLM's engine core, waits there (`TurnWaiter.wait`) until the turn
+ends, so vLLM launches nothing after the forward pass in flight. A turn ends when the flow gives it back or
+when its time runs out, whichever comes first: a studio that dies holding it cannot stall the LM for longer.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from studio import envs
+
+log = logging.getLogger(__name__)
+
+FILE_VARIABLE = envs.FLOW_TURN_FILE.name
+_LAYOUT = struct.Struct("=d")  # seconds on CLOCK_MONOTONIC until which the flow holds the GPU (0: none)
+_SIZE = 64  # one cache line
+POLL_SECONDS = 0.0002
+WAIT_LIMIT_SECONDS = 10.0  # a waiter's own bound, whatever the file says (a turn is bounded by its holder)
+DEFAULT_MAX_MS = 250.0
+
+
+def max_turn_seconds() -> float:
+    """How long one turn may keep the LM waiting (``STUDIO_FLOW_TURN_MS``; 0: the LM never waits)."""
+    value = envs.FLOW_TURN_MS.number()
+    ms = DEFAULT_MAX_MS if value is None else value
+    if ms < 0:
+        raise ValueError(f"{envs.FLOW_TURN_MS.name} must be 0 or more milliseconds, got {ms:g}")
+    return ms / 1000
+
+
+class FlowTurn:
+    """The studio's side of one vLLM engine's turn file: `hold` the GPU for the flow, `release` it."""
+
+    def __init__(self, path: Path, max_seconds: float) -> None:
+        self.path = path
+        self.max_seconds = max_seconds
+        self._lock = threading.Lock()
+        with open(path, "r+b") as file:
+            self._map = mmap.mmap(file.fileno(), _SIZE)
+        self.held = False
+
+    def hold(self) -> None:
+        """Ask the LM to wait from its next step on, for at most `max_seconds` from now (extends a turn)."""
+        with self._lock:
+            if not self._map.closed:
+                _LAYOUT.pack_into(self._map, 0, time.monotonic() + self.max_seconds)
+                self.held = True
+
+    def release(self) -> None:
+        with self._lock:
+            if self.held and not self._map.closed:
+                _LAYOUT.pack_into(self._map, 0, 0.0)
+            self.held = False
+
+    def started(self) -> None:
+        """vLLM has started (its processes mapped the file): remove the file's name and the variable, so
+        nothing is left behind in /dev/shm, whatever becomes of this process."""
+        if envs.FLOW_TURN_FILE.raw() == str(self.path):
+            os.environ.pop(FILE_VARIABLE, None)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Give the turn back for good (the engine shut down)."""
+        self.release()
+        with _live_lock:
+            _live.discard(self)
+        with self._lock:
+            self._map.close()
+        self.started()
+
+
+class TurnWaiter:
+    """The LM's side, in vLLM's engine core: `wait` blocks while the flow holds its turn."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        with open(path, "rb") as file:
+            self._map = mmap.mmap(file.fileno(), _SIZE, access=mmap.ACCESS_READ)
+        self.waited_seconds = 0.0
+
+    @classmethod
+    def from_environment(cls) -> TurnWaiter | None:
+        """The waiter for the studio that started this vLLM, or None (no studio asked, or its file is gone)."""
+        path = envs.FLOW_TURN_FILE.raw()
+        if not path:
+            return None
+        try:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            log.warning("the flow's GPU turn is not shared with this process (%s): the LM never waits", exc)
+            return None
+
+    def until(self) -> float:
+        return _LAYOUT.unpack_from(self._map, 0)[0]
+
+    def wait(self, limit: float = WAIT_LIMIT_SECONDS) -> float:
+        """Block while the flow holds the GPU (at most `limit` s, whatever the file says); seconds waited."""
+        until = self.until()
+        if until <= 0.0:
+            return 0.0
+        started = now = time.monotonic()
+        while now < until and now - started < limit:
+            time.sleep(min(POLL_SECONDS, until - now))
+            until, now = self.until(), time.monotonic()
+        waited = now - started
+        self.waited_seconds += waited
+        return waited
+
+
+_live: set[FlowTurn] = set()  # one per vLLM engine of this process
+_live_lock = threading.Lock()
+
+
+def share() -> FlowTurn | None:
+    """A new turn for the vLLM engine about to start, its file named in ``STUDIO_FLOW_TURN_FILE`` for the
+    processes started next; None when the LM never waits (``STUDIO_FLOW_TURN_MS=0``). Call `started()`
+    once the engine is up, `close()` when it shuts down."""
+    seconds = max_turn_seconds()
+    if seconds <= 0:
+        os.environ.pop(FILE_VARIABLE, None)
+        return None
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    handle, name = tempfile.mkstemp(prefix="studio-flow-turn-", dir=folder)
+    with os.fdopen(handle, "wb") as file:
+        file.write(bytes(_SIZE))
+    turn = FlowTurn(Path(name), seconds)
+    with _live_lock:
+        _live.add(turn)
+    os.environ[FILE_VARIABLE] = name
+    log.info("the LM waits up to %.0f ms while the flow makes first chunks", seconds * 1000)
+    return turn
+
+
+def hold() -> bool:
+    """The flow takes the GPU from every vLLM engine of this process; False when there is none to ask."""
+    with _live_lock:
+        turns = list(_live)
+    for turn in turns:
+        turn.hold()
+    return bool(turns)
+
+
+def release() -> None:
+    with _live_lock:
+        turns = list(_live)
+    for turn in turns:
+        turn.release()

@@ -1,0 +1,42 @@
+"""The LM prompt embeddings a vLLM take sends: made on the host at once, never behind the flow's queued work."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from studio.tts.device.transfer import on_host_apart
+from studio.tts.llm.backend import prompt_embeds_for
+
+
+class HostBackend:
+    prompt_embeds_on_host = True
+
+
+class DeviceBackend:
+    pass
+
+
+def test_a_host_backend_gets_host_embeddings_equal_to_the_device_ones():
+    weight = torch.randn(50, 8)
+    make = lambda: weight[torch.tensor([3, 1, 4, 1, 5])] * 2  # noqa: E731
+    on_host = prompt_embeds_for(HostBackend(), make, weight.device)
+    assert on_host.device.type == "cpu" and torch.equal(on_host, make())
+    assert torch.equal(prompt_embeds_for(DeviceBackend(), make, weight.device), make())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_copy_does_not_wait_for_the_work_queued_on_the_flows_stream():
+    device = torch.device("cuda")
+    weight = torch.randn(50, 8, device=device)
+    on_host_apart(lambda: weight[:2], device)  # the side stream and pinned memory exist
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work queued on this thread's stream, as a flow tick
+    started = time.monotonic()
+    rows = on_host_apart(lambda: weight[torch.tensor([4, 2], device=device)], device)
+    took = time.monotonic() - started
+    torch.cuda.synchronize()
+    assert torch.equal(rows, weight[[4, 2]].cpu())
+    assert took < 0.2, f"the copy waited {took:.2f} s behind the queued work"
