@@ -256,6 +256,29 @@ S24)  # stop 17, second machine, after the five part-copy calls: install, the RA
 S25)  # same warm machine: every level (RAS graphed)
   budget_bench stop17-ras-graphs-c1-4-16-32-64 400 --warmup-rounds 2 --concurrency 1,4,16,32,64
   ;;
+S26)  # stop 18, after the five part-copy calls: install, the CUDA tests of this stop (the flow's GPU turn, the
+      # prompt embeddings apart), then one take traced with the flow's turn (the default) and without it
+  install
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/tts/test_host_transfer.py tests/tts/test_flow_turn.py \
+    >"$out/s26-tests.log" 2>&1
+  grep -E "passed|failed|Error" "$out/s26-tests.log" | tail -3
+  for turn in 250 0; do
+    STUDIO_FLOW_TURN_MS=$turn timeout 170 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 \
+      --tokens 100 --streams 16 --out "/tmp/s26/trace-turn-$turn" >"/tmp/s26-trace-$turn.log" 2>&1
+    echo "== turn $turn: rc $?"
+    grep -E "^(first chunk|LM:|Before the first|First chunk:|wall )|Traceback|Error" "/tmp/s26-trace-$turn.log" | head -12
+    cp "/tmp/s26-trace-$turn.log" "/tmp/s26/trace-turn-$turn/run.log" 2>/dev/null
+  done
+  tar -czf "$out/s26-traces.tar.gz" -C /tmp s26
+  ;;
+S27)  # same warm machine: every level with the flow's turn (the default), the short first hop at 1 and 16 after
+  budget_bench stop18-c1-4-16-32-64 570 --warmup-rounds 2 --concurrency 1,4,16,32,64 --first-hop 10 \
+    --first-hop-levels 1,16
+  ;;
+S28)  # same warm machine: the A/B without the turn at 1, 16 and 64 streams, then the 24 GiB budget with it
+  STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16-64 290 --warmup-rounds 2 --concurrency 1,16,64
+  budget_bench stop18-vram-budget-24 260 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install
