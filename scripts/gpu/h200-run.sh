@@ -279,6 +279,27 @@ S28)  # same warm machine: the A/B without the turn at 1, 16 and 64 streams, the
   STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16-64 290 --warmup-rounds 2 --concurrency 1,16,64
   budget_bench stop18-vram-budget-24 260 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S29)  # stop 18, second machine, after the five part-copy calls: install, which small GPU operations wait behind
+      # the flow's queued work, the CUDA tests of this stop, one take traced with the flow's turn (counters and
+      # warnings of the 16-take round), then 1, 16 and 64 streams with the turn
+  install
+  timeout 60 python3 scripts/gpu/side_stream_check.py 2>&1 | tee "$out/side-stream-check.txt" | tail -10
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/tts/test_host_transfer.py tests/tts/test_flow_turn.py \
+    >"$out/s29-tests.log" 2>&1
+  grep -E "passed|failed|Error" "$out/s29-tests.log" | tail -3
+  timeout 150 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 --streams 16 \
+    --out /tmp/s29/trace-turn-250 >/tmp/s29-trace.log 2>&1
+  echo "== trace: rc $?"
+  grep -E "^(first chunk|LM:|Before the first|First chunk:|wall |Counters)|WARNING|Traceback|Error" /tmp/s29-trace.log \
+    | grep -v "jit_monitor\|input_processor\|base.py" | cut -c1-300 | head -20
+  cp /tmp/s29-trace.log /tmp/s29/trace-turn-250/run.log 2>/dev/null
+  tar -czf "$out/s29-trace.tar.gz" -C /tmp s29
+  budget_bench stop18-turn-c1-16-64 230 --warmup-rounds 2 --concurrency 1,16,64
+  ;;
+S30)  # same warm machine: the A/B without the turn at 1, 16 and 64 streams, then 24 GiB with the turn at 16 and 32
+  STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16-64 230 --warmup-rounds 2 --concurrency 1,16,64
+  budget_bench stop18-vram-budget-24 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

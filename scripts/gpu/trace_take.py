@@ -87,6 +87,9 @@ def instrument(backend: str) -> None:
     span(solver.EstimatorSolver, "_copy_out", "flow.solve.copy_out")
     span(solver, "batch_inputs", "flow.solve.inputs")
     span(solver.EstimatorSolver, "_replay", "flow.solve.replay")
+    span(solver.EstimatorSolver, "_plan", "flow.solve.plan")
+    span(solver.EstimatorSolver, "_arena_for", "flow.solve.arena")
+    span(solver.EstimatorSolver, "_capture", "flow.solve.capture")
     span(cosyvoice2.SpeechTokenProducer, "wait_for", "wait.tokens")
     if backend == "vllm":
         from studio.tts.llm.vllm.backend import VllmTokenBackend
@@ -159,6 +162,13 @@ def describe(stats) -> str:
     )
 
 
+def counters(loaded) -> dict[str, float]:
+    """The flow's counters as bench reports them (solver batches and captures, scheduler ticks and turns)."""
+    from studio.commands.bench import flow_counters
+
+    return {k: float(v) for k, v in flow_counters(loaded).items() if isinstance(v, (int, float))}
+
+
 def streams_summary(loaded, request, streams: int) -> str:
     """`streams` takes at once without the profiler: the wall time each span took, summed over takes."""
     import threading
@@ -182,12 +192,14 @@ def streams_summary(loaded, request, streams: int) -> str:
                                  range(streams)))  # fmt: skip
 
     one_round(3000)  # untimed: the flow captures its graphs for these batch sizes on first sight
+    before = counters(loaded)
     EVENTS.clear()
     prober = threading.Thread(target=probe, daemon=True)
     prober.start()
     started = time.perf_counter()
     takes = one_round(2000)
     wall = time.perf_counter() - started
+    after = counters(loaded)
     stop.set()
     prober.join()
     lateness.sort()
@@ -203,6 +215,9 @@ def streams_summary(loaded, request, streams: int) -> str:
         f"A thread sleeping 1 ms at a time woke {1000 * sum(lateness) / max(1, len(lateness)):.2f} ms late on average "
         f"(p95 {1000 * lateness[int(0.95 * (len(lateness) - 1))] if lateness else 0:.2f} ms): the wait for the "
         "interpreter lock.\n",
+        "Counters over the timed round: "
+        + ", ".join(f"{k} {after[k] - before[k]:g}" for k in after if after[k] != before[k])
+        + "\n",
         "| span | calls | summed s | mean ms |",
         "| --- | --- | --- | --- |",
     ]
@@ -226,6 +241,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    import logging
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -234,6 +251,7 @@ def main() -> int:
     from studio.engine.protocol import Synthesize
     from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     instrument(args.backend)
     loaded = runner.load_model(args.model, args.backend, fp16=args.fp16)
     prompt = synthetic_voice(16000, 3.0)

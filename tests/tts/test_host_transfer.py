@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from studio.tts.device.transfer import on_host_apart
+from studio.tts.device.transfer import on_host_apart, to_device
 from studio.tts.llm.backend import prompt_embeds_for
 
 
@@ -35,7 +35,7 @@ def test_on_cuda_the_copy_does_not_wait_for_the_work_queued_on_the_flows_stream(
     torch.cuda.synchronize()
     torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work queued on this thread's stream, as a flow tick
     started = time.monotonic()
-    rows = on_host_apart(lambda: weight[torch.tensor([4, 2], device=device)], device)
+    rows = on_host_apart(lambda: weight[to_device(torch.tensor([4, 2]), device)], device)
     took = time.monotonic() - started
     torch.cuda.synchronize()
     assert torch.equal(rows, weight[[4, 2]].cpu())

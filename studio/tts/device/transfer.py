@@ -28,9 +28,12 @@ def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> tor
 
     On the flow's stream they would wait for every tick queued there: at 64 takes a take's LM prompt
     embeddings waited 163 ms on average before its request could go to vLLM (benchmarks/README.md, stop 18).
-    The work must read only what no other stream is still writing (weights, and what `make` creates)."""
+    The work must read only what no other stream is still writing (weights, and what `make` creates), and
+    bring host data in through pinned memory (`to_device`): a copy from pageable memory waits for the GPU."""
     if device.type != "cuda":
         return make().to("cpu")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     stream = getattr(_streams, "stream", None)
     if stream is None or stream.device != device:
         stream = _streams.stream = torch.cuda.Stream(device)

@@ -1,0 +1,45 @@
+"""Which small GPU operations of a take wait behind work queued on the flow's stream (stop 18).
+
+Queues ~1 s of GPU work (torch.cuda._sleep) on this thread's current stream, then times each operation on
+a stream of its own: a host wait longer than a few ms means it waited for the queued work.
+Usage: python scripts/gpu/side_stream_check.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from studio.tts.device.transfer import on_host_apart, to_device
+
+
+def timed(name: str, operation) -> None:
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)
+    stream = torch.cuda.Stream()
+    started = time.monotonic()
+    with torch.cuda.stream(stream):
+        operation()
+        stream.synchronize()
+    print(f"{name:48} {1000 * (time.monotonic() - started):8.1f} ms")
+
+
+def main() -> None:
+    device = torch.device("cuda")
+    weight = torch.randn(6564, 896, device=device)
+    ids = list(range(100))
+    for _ in range(2):  # the second round has the caching host allocator warm
+        timed("pageable upload torch.tensor(list, device)", lambda: torch.tensor(ids, device=device))
+        timed("pinned upload (to_device)", lambda: to_device(torch.tensor(ids), device))
+        timed("pinned host buffer torch.empty(pin_memory)", lambda: torch.empty(100, 896, pin_memory=True))
+        timed(
+            "gather + copy to pinned host",
+            lambda: on_host_apart(lambda: weight[to_device(torch.tensor(ids), device)], device),
+        )
+        timed("gather + .cpu()", lambda: weight[to_device(torch.tensor(ids), device)].cpu())
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
