@@ -154,6 +154,50 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
     return rows, "\n".join(lines) + "\n"
 
 
+def first_chunk_gpu(trace: dict) -> str:
+    """The GPU's side of the first chunk in the Chrome trace: kernels run while the take waited for it, the
+    time they kept the GPU busy, the kernels that took most, and the gaps (GPU idle, waiting for the host)."""
+    events = trace.get("traceEvents", [])
+    render = min(
+        (e for e in events if e.get("name") == "chunk.render" and e.get("ph") == "X"),
+        key=lambda e: e["ts"],
+        default=None,
+    )
+    if render is None:
+        return ""
+    start, end = render["ts"], render["ts"] + render["dur"]
+    kernels = sorted(
+        (
+            e
+            for e in events
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and start <= e.get("ts", -1) <= end
+        ),
+        key=lambda e: e["ts"],
+    )
+    if not kernels:
+        return ""
+    busy = sum(k["dur"] for k in kernels) / 1000
+    by_name: dict[str, float] = {}
+    for k in kernels:
+        by_name[k["name"][:70]] = by_name.get(k["name"][:70], 0.0) + k["dur"] / 1000
+    gaps = [
+        ((a["ts"] + a["dur"] - start) / 1000, (b["ts"] - a["ts"] - a["dur"]) / 1000)
+        for a, b in zip(kernels, kernels[1:], strict=False)
+        if b["ts"] - a["ts"] - a["dur"] > 1000
+    ]
+    lines = [
+        "\n## The first chunk on the GPU (this trace)\n",
+        f"{len(kernels)} kernels and copies while the take waited {render['dur'] / 1000:.1f} ms for it: busy "
+        f"{busy:.1f} ms ({1000 * busy / len(kernels):.1f} us each on average); idle gaps over 1 ms: "
+        + (", ".join(f"{g:.1f} ms at +{at:.1f}" for at, g in gaps) or "none")
+        + "\n",
+        "| kernel | ms |",
+        "| --- | --- |",
+    ]
+    lines += [f"| `{name}` | {ms:.2f} |" for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:10]]
+    return "\n".join(lines) + "\n"
+
+
 def describe(stats) -> str:
     stages = json.dumps({k: round(v, 4) for k, v in stats.stage_seconds.items()})
     return (
@@ -288,6 +332,7 @@ def main() -> int:
         prof.export_chrome_trace(str(raw))
         with raw.open("rb") as src, gzip.open(out / "trace-take.json.gz", "wb", compresslevel=9) as dst:
             shutil.copyfileobj(src, dst)
+        gpu = first_chunk_gpu(json.loads(raw.read_text()))
         raw.unlink()
         rows, table = timeline(stats.first_chunk_latency)
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
@@ -295,7 +340,7 @@ def main() -> int:
             f"# One streamed take: {args.backend}, fp16 {args.fp16}, {args.tokens} tokens, {device}\n\n"
             f"## Without the profiler\n\n{describe(plain)}\n\n{plain_table}\n{concurrent}"
             f"## Under torch.profiler (trace-take.json.gz; every launch is slower there)\n\n"
-            f"{describe(stats)}\n\n{table}"
+            f"{describe(stats)}\n\n{table}\n{gpu}"
         )
         (out / "trace-take.md").write_text(text, encoding="utf-8")
         events = {"plain": plain_rows, "profiled": rows}
