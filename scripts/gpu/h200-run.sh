@@ -300,6 +300,14 @@ S30)  # same warm machine: the A/B without the turn at 1, 16 and 64 streams, the
   STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16-64 230 --warmup-rounds 2 --concurrency 1,16,64
   budget_bench stop18-vram-budget-24 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S31)  # stop 18, third machine, after the five part-copy calls: install, the host-copy test, every level with the
+      # final code (the turn only when the LM decodes for no other take), then without the turn at 1 and 16
+  install
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/tts/test_host_transfer.py >"$out/s31-tests.log" 2>&1
+  grep -E "passed|failed|Error" "$out/s31-tests.log" | tail -2
+  budget_bench stop18-c1-4-16-32-64 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16 150 --warmup-rounds 2 --concurrency 1,16
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -15,9 +15,9 @@ worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`)
 4. solves all of the new chunks' Euler steps in as few batches as the solver's budget allows, then runs
    their HiFT and starts the copies of their audio to the host, and does not wait for them.
 
-It never waits while a chunk is queued and the GPU is idle. A tick that holds a take's first chunk has the
-GPU to itself: vLLM's LM steps wait until the tick is done (tts/device/flow_turn.py), instead of
-time-slicing the GPU with it while a listener waits for the first sound. A chunk whose take is cancelled while it
+It never waits while a chunk is queued and the GPU is idle. A tick that makes first chunks has the GPU to
+itself when the LM decodes for no other take: vLLM's LM steps wait until the tick is done
+(tts/device/flow_turn.py), instead of time-slicing the GPU with it while a listener waits for the first sound. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
 tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
@@ -76,7 +76,7 @@ class _Tick:
     jobs: list[ChunkJob]
     event: torch.cuda.Event | None  # recorded after the tick's last copy to the host (CUDA only)
     start: torch.cuda.Event | None = None  # recorded before the tick's first kernel (CUDA only)
-    first: bool = False  # holds a take's first chunk: the flow holds the GPU's turn until it is delivered
+    turn: bool = False  # made first chunks with the GPU's turn: the LM waits until the tick is delivered
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
@@ -101,7 +101,7 @@ class ChunkScheduler:
         # where the thread's time goes: launching work, waiting for the GPU, idle; and the GPU's time per
         # tick (first kernel to last copy, time-sliced waits included): host-bound or GPU-bound at a glance
         self.host_seconds = self.wait_seconds = self.idle_seconds = self.gpu_seconds = 0.0
-        self.turn_ticks = 0  # ticks for which the LM waited (they held a first chunk)
+        self.turn_ticks = 0  # ticks for which the LM waited (first chunks, and no other take needed the LM)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
 
     # -- the take's side --------------------------------------------------------------------------
@@ -186,10 +186,12 @@ class ChunkScheduler:
             self.idle_seconds += idle_until - asked
             self.wait_seconds += started - idle_until
             waited_before = self.wait_seconds
-            first = any(job.first for job in jobs)
+            first = sum(job.first for job in jobs)
             try:
-                if first and flow_turn.hold():  # before its first kernel: the LM's next step waits
-                    self.turn_ticks += 1
+                turn = bool(first) and flow_turn.hold(
+                    first
+                )  # before its first kernel: the LM's next step waits
+                self.turn_ticks += turn
                 start = self._gpu_mark() if jobs else None
                 if inflight is not None and inflight.ready():  # hand out finished audio at once
                     inflight = self._deliver(inflight)
@@ -198,14 +200,14 @@ class ChunkScheduler:
                     inflight = self._deliver(inflight)
                 if begun:
                     inflight = self._launch(begun)
-                    inflight.start, inflight.first = start, first
+                    inflight.start, inflight.turn = start, turn
             except BaseException as exc:  # noqa: BLE001 - no take may wait forever; the thread goes on
                 log.exception("flow scheduler: a tick failed")
                 for job in jobs + ([] if inflight is None else inflight.jobs):
                     if not job.done.is_set():
                         job.fail(exc)
                 inflight = None
-            if inflight is None or not inflight.first:  # no first chunk on the GPU any more
+            if inflight is None or not inflight.turn:  # the flow's turn ends with the tick that took it
                 flow_turn.release()
             self.host_seconds += time.monotonic() - started - (self.wait_seconds - waited_before)
 

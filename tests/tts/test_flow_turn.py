@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _waited_in_child(released_after: float | None) -> float:
     """Hold the turn, start a process that waits for it, give it back after `released_after` s (None: never)."""
-    flow_turn.hold()
+    flow_turn.hold(1)
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         if released_after is not None:
@@ -67,7 +67,7 @@ def test_the_file_name_goes_once_vllm_started_and_the_turn_still_works(turn):
     turn.started()
     assert not turn.path.exists() and FILE_VARIABLE not in os.environ
     assert waiter.until() == 0.0 and waiter.wait() == 0.0
-    flow_turn.hold()
+    flow_turn.hold(1)
     assert waiter.until() > time.monotonic()
     flow_turn.release()
     assert waiter.until() == 0.0
@@ -76,7 +76,7 @@ def test_the_file_name_goes_once_vllm_started_and_the_turn_still_works(turn):
 def test_closed_turns_are_no_longer_held(turn):
     waiter = TurnWaiter(turn.path)
     turn.close()
-    assert flow_turn.hold() is False
+    assert flow_turn.hold(1) is False
     assert waiter.until() == 0.0
 
 
@@ -86,10 +86,23 @@ def test_off_no_file_and_nothing_waits(monkeypatch):
     assert flow_turn.share() is None
     assert FILE_VARIABLE not in os.environ
     assert TurnWaiter.from_environment() is None
-    assert flow_turn.hold() is False
+    assert flow_turn.hold(1) is False
 
 
 def test_a_bad_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("STUDIO_FLOW_TURN_MS", "-5")
     with pytest.raises(ValueError, match="STUDIO_FLOW_TURN_MS"):
         flow_turn.share()
+
+
+def test_the_lm_keeps_the_gpu_while_it_decodes_for_a_take_still_short_of_its_first_chunk(turn):
+    waiter = TurnWaiter(turn.path)
+    requests = [3]
+    turn.lm_requests = lambda: requests[0]
+    assert flow_turn.hold(2) is False and waiter.until() == 0.0  # a third take waits for its tokens
+    assert (
+        flow_turn.hold(3) is True and waiter.until() > time.monotonic()
+    )  # all three first chunks: the flow's turn
+    flow_turn.release()
+    requests[0] = 1
+    assert flow_turn.hold(1) is True

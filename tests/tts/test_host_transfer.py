@@ -31,7 +31,9 @@ def test_a_host_backend_gets_host_embeddings_equal_to_the_device_ones():
 def test_on_cuda_the_copy_does_not_wait_for_the_work_queued_on_the_flows_stream():
     device = torch.device("cuda")
     weight = torch.randn(50, 8, device=device)
-    on_host_apart(lambda: weight[:2], device)  # the side stream and pinned memory exist
+    on_host_apart(
+        lambda: weight[to_device(torch.tensor([1, 0]), device)], device
+    )  # its stream, pinned blocks
     torch.cuda.synchronize()
     torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work queued on this thread's stream, as a flow tick
     started = time.monotonic()

@@ -128,7 +128,7 @@ def test_the_lm_waits_while_the_flow_holds_the_gpu_turn(vllm_voice):
         )  # fmt: skip
         arrived.extend(time.monotonic() for _ in stream)
 
-    flow_turn.hold()
+    flow_turn.hold(1)
     try:
         thread = threading.Thread(target=take)
         thread.start()

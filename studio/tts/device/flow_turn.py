@@ -26,6 +26,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from studio import envs
@@ -55,6 +56,9 @@ class FlowTurn:
     def __init__(self, path: Path, max_seconds: float) -> None:
         self.path = path
         self.max_seconds = max_seconds
+        # The LM's requests in flight (set by its backend; None: unknown). The flow takes the GPU only when
+        # each of them is a take whose first chunk is being made: then nobody else waits for the LM's tokens.
+        self.lm_requests: Callable[[], int] | None = None
         self._lock = threading.Lock()
         with open(path, "r+b") as file:
             self._map = mmap.mmap(file.fileno(), _SIZE)
@@ -154,13 +158,22 @@ def share() -> FlowTurn | None:
     return turn
 
 
-def hold() -> bool:
-    """The flow takes the GPU from every vLLM engine of this process; False when there is none to ask."""
+def hold(first_chunks: int) -> bool:
+    """The flow, about to make `first_chunks` takes' first chunks, takes the GPU from each vLLM engine of this
+    process that decodes for no other take; whether any LM now waits.
+
+    An LM decoding for a take still short of its first chunk's tokens goes on: that take's listener waits
+    too. So at many takes started together (the first chunks of a tick rarely are all of them) the turn is
+    seldom taken; on the H200 taking it there anyway changed each round's batch shapes, and each new shape
+    cost the flow a CUDA-graph capture (1.2 s) in the middle of the round."""
     with _live_lock:
         turns = list(_live)
+    held = False
     for turn in turns:
-        turn.hold()
-    return bool(turns)
+        if turn.lm_requests is None or turn.lm_requests() <= first_chunks:
+            turn.hold()
+            held = True
+    return held
 
 
 def release() -> None:

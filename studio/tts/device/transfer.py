@@ -28,8 +28,7 @@ def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> tor
 
     On the flow's stream they would wait for every tick queued there: at 64 takes a take's LM prompt
     embeddings waited 163 ms on average before its request could go to vLLM (benchmarks/README.md, stop 18).
-    The work must read only what no other stream is still writing (weights, and what `make` creates), and
-    bring host data in through pinned memory (`to_device`): a copy from pageable memory waits for the GPU."""
+    The work must read only what no other stream is still writing (weights, and what `make` creates)."""
     if device.type != "cuda":
         return make().to("cpu")
     if device.index is None:
@@ -38,8 +37,6 @@ def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> tor
     if stream is None or stream.device != device:
         stream = _streams.stream = torch.cuda.Stream(device)
     with torch.cuda.stream(stream):
-        result = make()
-        host = torch.empty(result.shape, dtype=result.dtype, pin_memory=True)
-        host.copy_(result, non_blocking=True)
-        stream.synchronize()  # this stream only
-    return host
+        # Into pageable memory: it waits for this stream only (H200: 0.9-1.2 ms behind a second of queued
+        # work), where a new pinned buffer's allocation waited for all of it (scripts/gpu/side_stream_check.py)
+        return make().cpu()

@@ -78,6 +78,8 @@ class VllmTokenBackend:
     ):
         self._engine = engine
         self.turn = turn  # the flow's GPU turn shared with this engine's processes, closed with it
+        if turn is not None:
+            turn.lm_requests = lambda: self.num_live_requests
         self.stop_token_ids = list(stop_token_ids)
         self.speech_vocab = min(self.stop_token_ids)
         self.hidden_size = hidden_size
