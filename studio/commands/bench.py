@@ -346,7 +346,8 @@ def print_level(backend: str, level: dict) -> None:
     if solver.get("ticks"):  # the chunk scheduler: busy launching (host-bound) or waiting for the GPU?
         first += (
             f"  scheduler host {solver['scheduler_host_s']:.1f} s, GPU wait {solver['scheduler_gpu_wait_s']:.1f} s,"
-            f" idle {solver['scheduler_idle_s']:.1f} s, tick GPU {solver['tick_gpu_s']:.1f} s"
+            f" idle {solver['scheduler_idle_s']:.1f} s, tick GPU {solver['tick_gpu_s']:.1f} s,"
+            f" LM waited for {solver.get('turn_ticks', 0)} of {solver['ticks']} ticks"
         )
     peak = level.get("peak_vram_bytes")
     if peak is not None:
