@@ -17,7 +17,7 @@ worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`)
 
 It never waits while a chunk is queued and the GPU is idle. A tick that makes first chunks has the GPU to
 itself when the LM decodes for no other take: vLLM's LM steps wait until the tick is done
-(tts/device/flow_turn.py), instead of time-slicing the GPU with it while a listener waits for the first sound. A chunk whose take is cancelled while it
+(tts/device/flow_turn.py) instead of time-slicing the GPU with it. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
 tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
@@ -188,9 +188,8 @@ class ChunkScheduler:
             waited_before = self.wait_seconds
             first = sum(job.first for job in jobs)
             try:
-                turn = bool(first) and flow_turn.hold(
-                    first
-                )  # before its first kernel: the LM's next step waits
+                # before the tick's first kernel: the LM's next step waits (only the tick's takes need it)
+                turn = bool(first) and flow_turn.hold(first)
                 self.turn_ticks += turn
                 start = self._gpu_mark() if jobs else None
                 if inflight is not None and inflight.ready():  # hand out finished audio at once

@@ -1,20 +1,20 @@
-"""The LM steps aside while the flow renders a chunk a listener waits for: the GPU's turn, across processes.
+"""The LM steps aside while the flow makes the first chunks it waits for: the GPU's turn, across processes.
 
-vLLM's engine core is another process, so it and the studio's flow share the GPU by time-slicing: a take's
-first chunk took 120-139 ms on the H200 while vLLM decoded beside it, against ~40-68 ms for the same work
-with the LM quiet (benchmarks/README.md, stops 12 and 13). Yet the LM runs 20 times faster than real time at
-one stream and 4 times at 64: a take whose first audio is being made gains nothing from the LM's next tokens
-during those milliseconds, and the listener loses them. So the flow takes the GPU for such a tick.
+vLLM's engine core is another process, so it and the studio's flow share the GPU by time-slicing: on the
+H200 a take's first chunk took 142-151 ms of flow and HiFT while vLLM decoded beside it, 87 ms with the LM
+waiting (benchmarks/README.md, stop 18). The LM runs 20 times faster than real time at one stream: when
+every take it decodes for is having its first chunk made, nobody needs its next tokens during those
+milliseconds, and the listeners lose them. So the flow takes the GPU for such a tick.
 
 How: a small file in shared memory holds one number, the time (``CLOCK_MONOTONIC``, the same clock in every
 process of the machine) until which the flow holds its turn; 0 when it holds none. The studio's process
 creates it before vLLM starts (`share`); vLLM's processes find it through ``STUDIO_FLOW_TURN_FILE`` and map
-it while they start, after which its name is removed (`FlowTurn.started`). The chunk scheduler holds the
-turn (`hold`, `release`) for a tick that holds a take's first chunk. The RAS logits
-processor, which runs in every LM step of vLLM's engine core, waits there (`TurnWaiter.wait`) until the turn
-ends, so vLLM launches nothing after the forward pass in flight. A turn ends when the flow gives it back or
-when its time runs out, whichever comes first: a studio that dies holding it cannot stall the LM for longer.
-No torch here.
+it while they start, after which its name is removed (`FlowTurn.started`). The chunk scheduler asks for the
+turn (`hold`) for a tick of first chunks and gives it back (`release`) once the tick is delivered. The RAS
+logits processor, which runs in every LM step of vLLM's engine core, waits there (`TurnWaiter.wait`) until
+the turn ends, so vLLM launches nothing after the forward pass in flight. A turn ends when the flow gives it
+back or when its time runs out, whichever comes first: a studio that dies holding it cannot stall the LM for
+longer. No torch here.
 """
 
 from __future__ import annotations
