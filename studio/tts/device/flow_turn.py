@@ -103,7 +103,6 @@ class TurnWaiter:
     def __init__(self, path: str | os.PathLike) -> None:
         with open(path, "rb") as file:
             self._map = mmap.mmap(file.fileno(), _SIZE, access=mmap.ACCESS_READ)
-        self.waited_seconds = 0.0
 
     @classmethod
     def from_environment(cls) -> TurnWaiter | None:
@@ -129,9 +128,7 @@ class TurnWaiter:
         while now < until and now - started < limit:
             time.sleep(min(POLL_SECONDS, until - now))
             until, now = self.until(), time.monotonic()
-        waited = now - started
-        self.waited_seconds += waited
-        return waited
+        return now - started
 
 
 _live: set[FlowTurn] = set()  # one per vLLM engine of this process
