@@ -308,6 +308,21 @@ S31)  # stop 18, third machine, after the five part-copy calls: install, the hos
   budget_bench stop18-c1-4-16-32-64 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
   STUDIO_FLOW_TURN_MS=0 budget_bench stop18-no-turn-c1-16 150 --warmup-rounds 2 --concurrency 1,16
   ;;
+S32)  # stop 19, after the five part-copy calls: install, which host copies of a flow tick wait for the GPU's
+      # queued work (same stream), then the 16- and 64-take rounds traced take by take and tick by tick
+  install
+  timeout 60 python3 scripts/gpu/side_stream_check.py 2>&1 | tee "$out/side-stream-check.txt" | tail -14
+  timeout 330 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 --streams 16,64 \
+    --out /tmp/s32/trace >/tmp/s32-trace.log 2>&1
+  echo "== trace: rc $?"
+  grep -E "^(first chunk|LM:|First chunk:|wall |Counters)|^\| (tick|copy|flow.begin|flow.encoder.batch)|Traceback|Error" \
+    /tmp/s32-trace.log | cut -c1-200 | head -60
+  cp /tmp/s32-trace.log /tmp/s32/trace/run.log 2>/dev/null
+  tar -czf "$out/s32-trace.tar.gz" -C /tmp s32
+  ;;
+S33)  # same warm machine: the short first hop (10 tokens) against the default at 1 and 16 streams
+  budget_bench stop19-first-hop 400 --warmup-rounds 2 --concurrency 1,16 --first-hop 10 --first-hop-levels 1,16
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

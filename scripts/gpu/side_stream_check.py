@@ -25,6 +25,16 @@ def timed(name: str, operation) -> None:
     print(f"{name:48} {1000 * (time.monotonic() - started):8.1f} ms")
 
 
+def queued_behind(name: str, operation) -> None:
+    """The host time of `operation` on the stream that holds ~1 s of queued work (what a flow tick does)."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)
+    started = time.monotonic()
+    operation()
+    print(f"same stream: {name:48} {1000 * (time.monotonic() - started):8.1f} ms")
+    torch.cuda.synchronize()
+
+
 def pinned_copy(rows: torch.Tensor) -> torch.Tensor:
     """What on_host_apart did before stop 18 changed it: a copy into a pinned buffer allocated for it."""
     host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
@@ -46,6 +56,18 @@ def main() -> None:
         timed(
             "gather + .cpu() (on_host_apart, the take's path)",
             lambda: on_host_apart(lambda: weight[to_device(torch.tensor(ids), device)], device),
+        )
+    # on the flow's own stream, behind its queued work: the host must not wait for it (ticks overlap)
+    for size in (100, 300, 5000, 100):  # new pinned block sizes, then one the caching host allocator has
+        queued_behind(
+            f"pinned upload (to_device) of {size} ids", lambda n=size: to_device(torch.arange(n), device)
+        )
+        queued_behind(
+            f"pageable upload, non_blocking, of {size} ids",
+            lambda n=size: torch.arange(n).to(device, non_blocking=True),
+        )
+        queued_behind(
+            f"new pinned host buffer of {size} x 896", lambda n=size: torch.empty(n, 896, pin_memory=True)
         )
     torch.cuda.synchronize()
 

@@ -27,7 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-EVENTS: list[tuple[str, float, float]] = []  # (name, start s, end s) on perf_counter's clock
+EVENTS: list[
+    tuple
+] = []  # (name, start s, end s[, tag]) on perf_counter's clock; tag: a take's seed, a tick's size
 T0 = [0.0]
 
 
@@ -57,18 +59,43 @@ def token_stamps(owner) -> None:
     @functools.wraps(original)
     def generate(self, *args, **kwargs):
         started = time.perf_counter()
-        EVENTS.append(("lm.request", started, started))
+        seed = kwargs.get("seed")
+        EVENTS.append(("lm.request", started, started, seed))
         for index, token in enumerate(original(self, *args, **kwargs)):
             now = time.perf_counter()
-            EVENTS.append((f"lm.token.{index + 1}", now, now))
+            EVENTS.append((f"lm.token.{index + 1}", now, now, seed))
             yield token
 
     owner.generate = generate
 
 
+def tick_stamps(scheduler_class) -> None:
+    """Wrap the chunk scheduler's encoder step and delivery: each tick's chunks (first chunks among them)."""
+    begin, deliver = scheduler_class._begin, scheduler_class._deliver
+
+    @functools.wraps(begin)
+    def _begin(self, jobs):
+        started = time.perf_counter()
+        try:
+            return begin(self, jobs)
+        finally:
+            first = sum(job.first for job in jobs)
+            EVENTS.append(("tick.begin", started, time.perf_counter(), f"{len(jobs)} chunks, {first} first"))
+
+    @functools.wraps(deliver)
+    def _deliver(self, tick):
+        started = time.perf_counter()
+        try:
+            return deliver(self, tick)
+        finally:
+            EVENTS.append(("tick.deliver", started, time.perf_counter(), f"{len(tick.jobs)} chunks"))
+
+    scheduler_class._begin, scheduler_class._deliver = _begin, _deliver
+
+
 def instrument(backend: str) -> None:
     from studio.tts import chunk_scheduler, cosyvoice2, token2wav
-    from studio.tts.flow.streaming import incremental, prompt_cache, solver
+    from studio.tts.flow.streaming import batched_encode, batched_solve, incremental, prompt_cache, solver
     from studio.tts.llm import model as lm_model
 
     span(cosyvoice2.CosyVoice2, "_prepare_prompt", "prompt.prepare")
@@ -82,7 +109,11 @@ def instrument(backend: str) -> None:
     span(prompt_cache.PromptFlowCache, "store", "flow.prompt_cache.store")
     span(solver.EstimatorSolver, "solve", "flow.solve")  # STUDIO_FLOW_SCHEDULER=0: each take's own
     span(solver.EstimatorSolver, "solve_many", "flow.solve_many")  # the chunk scheduler's tick
-    span(chunk_scheduler.ChunkScheduler, "_deliver", "scheduler.wait_gpu")
+    tick_stamps(chunk_scheduler.ChunkScheduler)
+    # host copies of a tick: any that waits for the GPU's queued work stalls the scheduler's thread
+    span(chunk_scheduler, "to_host_async", "copy.speech_to_host")
+    span(batched_encode, "to_device", "copy.encoder_inputs")
+    span(batched_solve, "to_device", "copy.solve_inputs")
     span(solver.EstimatorSolver, "_copy_in", "flow.solve.copy_in")
     span(solver.EstimatorSolver, "_copy_out", "flow.solve.copy_out")
     span(solver, "batch_inputs", "flow.solve.inputs")
@@ -106,7 +137,7 @@ def timeline(first_chunk_s: float) -> tuple[list[dict], str]:
     events = sorted(EVENTS, key=lambda e: e[1])
     rows = [
         {"event": name, "start_ms": round((s - t0) * 1000, 2), "ms": round((e - s) * 1000, 2)}
-        for name, s, e in events
+        for name, s, e, *_ in events
         if s >= t0
     ]
     tokens = [r for r in rows if r["event"].startswith("lm.token.")]
@@ -235,7 +266,8 @@ def streams_summary(loaded, request, streams: int) -> str:
             return list(pool.map(lambda i: runner.run_take(loaded.model, request(seed0 + i), backend=loaded.backend),
                                  range(streams)))  # fmt: skip
 
-    one_round(3000)  # untimed: the flow captures its graphs for these batch sizes on first sight
+    for seed0 in (3000, 4000):  # untimed (as bench): the flow captures its graphs for these batch sizes
+        one_round(seed0)
     before = counters(loaded)
     EVENTS.clear()
     prober = threading.Thread(target=probe, daemon=True)
@@ -248,7 +280,7 @@ def streams_summary(loaded, request, streams: int) -> str:
     prober.join()
     lateness.sort()
     totals: dict[str, list[float]] = {}
-    for name, s, e in EVENTS:
+    for name, s, e, *_ in EVENTS:
         if not name.startswith("lm.token."):
             totals.setdefault(name, []).append(e - s)
     audio = sum(t.audio_seconds for t in takes)
@@ -269,6 +301,42 @@ def streams_summary(loaded, request, streams: int) -> str:
         lines.append(
             f"| {name} | {len(values)} | {sum(values):.2f} | {1000 * sum(values) / len(values):.1f} |"
         )
+    return "\n".join(lines) + "\n\n" + round_timeline(started, takes, seed0=2000)
+
+
+def round_timeline(started: float, takes: list, seed0: int) -> str:
+    """Each take of the round (ms since it began): its LM request, first and 28th token, first chunk out;
+    then the scheduler's ticks (encoders begun, audio delivered) until the last first chunk was out."""
+    ms = lambda t: 1000 * (t - started)  # noqa: E731
+    stamps: dict[tuple[str, int], float] = {}
+    for name, s, _, *tag in EVENTS:
+        if tag and isinstance(tag[0], int) and name in ("lm.request", "lm.token.1", "lm.token.28"):
+            stamps.setdefault((name, tag[0]), s)
+    lines = [
+        "### Each take of the timed round (ms since the round began)\n",
+        "| take | LM request | token 1 | token 28 | first chunk out |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    outs = []
+    for index, take in enumerate(takes):
+        seed = seed0 + index
+        cells = [stamps.get((name, seed)) for name in ("lm.request", "lm.token.1", "lm.token.28")]
+        out = 1000 * take.first_chunk_latency
+        outs.append(out)
+        lines.append(
+            f"| {seed} | "
+            + " | ".join("-" if c is None else f"{ms(c):.1f}" for c in cells)
+            + f" | {out:.1f} |"
+        )
+    last = max(outs, default=0.0)
+    lines += [
+        "\n### The scheduler's ticks until then\n",
+        "| event | start ms | took ms | what |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, s, e, *tag in sorted(EVENTS, key=lambda e: e[1]):
+        if name.startswith("tick.") and 0 <= ms(s) <= last + 50:
+            lines.append(f"| {name} | {ms(s):.1f} | {1000 * (e - s):.1f} | {tag[0] if tag else ''} |")
     return "\n".join(lines) + "\n\n"
 
 
@@ -279,7 +347,9 @@ def main() -> int:
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--warmups", type=int, default=3)
-    parser.add_argument("--streams", type=int, default=16, help="also time this many takes at once (1: no)")
+    parser.add_argument(
+        "--streams", default="16", help="also time this many takes at once, e.g. 16,64 (1: none)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     out = Path(args.out)
@@ -320,7 +390,8 @@ def main() -> int:
         T0[0] = time.perf_counter()
         plain = runner.run_take(loaded.model, request(999), backend=loaded.backend)
         plain_rows, plain_table = timeline(plain.first_chunk_latency)
-        concurrent = streams_summary(loaded, request, args.streams) if args.streams > 1 else ""
+        counts = [int(n) for n in str(args.streams).split(",") if int(n) > 1]
+        concurrent = "".join(streams_summary(loaded, request, n) for n in counts)
         EVENTS.clear()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         with profile(activities=activities) as prof:

@@ -36,6 +36,7 @@ import torch
 
 from studio import envs
 from studio.tts.device import flow_turn
+from studio.tts.device.transfer import to_host_async
 from studio.tts.flow.streaming.incremental import FlowStep
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH, solver_for
 
@@ -285,8 +286,7 @@ class ChunkScheduler:
                 job.hift_seconds = time.monotonic() - started
                 if speech.is_cuda:
                     device = speech.device
-                    host = torch.empty(speech.shape, dtype=speech.dtype, pin_memory=True)
-                    job.speech = host.copy_(speech, non_blocking=True)
+                    job.speech = to_host_async(speech)
                 else:
                     job.speech = speech
             except Exception as exc:  # noqa: BLE001 - this chunk's take gets it

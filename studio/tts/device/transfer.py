@@ -20,6 +20,13 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+def to_host_async(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of a GPU tensor into pinned host memory, started on the current stream and not waited for:
+    its contents are valid once the stream has run up to here (a CUDA event recorded after it)."""
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
+
+
 _streams = threading.local()
 
 
