@@ -323,6 +323,26 @@ S32)  # stop 19, after the five part-copy calls: install, which host copies of a
 S33)  # same warm machine: the short first hop (10 tokens) against the default at 1 and 16 streams
   budget_bench stop19-first-hop 400 --warmup-rounds 2 --concurrency 1,16 --first-hop 10 --first-hop-levels 1,16
   ;;
+S34)  # stop 19, second machine, after the five part-copy calls: install, the CUDA tests touched, then the
+      # 16-take round traced take by take (first chunks gathered into one tick), with its GPU waits
+  install
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/tts/test_host_transfer.py tests/tts/test_chunk_scheduler.py \
+    >"$out/s34-tests.log" 2>&1
+  grep -E "passed|failed|Error" "$out/s34-tests.log" | tail -2
+  timeout 240 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 --streams 16 \
+    --out /tmp/s34/trace >/tmp/s34-trace.log 2>&1
+  echo "== trace: rc $?"
+  sed -n '/## 16 takes/,/## Under/p' /tmp/s34/trace/trace-take.md | grep -vE "^\| (20[0-9][0-9]|flow.solve|flow.prompt|hift|lm.request|prompt)" \
+    | cut -c1-160 | head -60
+  cp /tmp/s34-trace.log /tmp/s34/trace/run.log 2>/dev/null
+  tar -czf "$out/s34-trace.tar.gz" -C /tmp s34
+  ;;
+S35)  # same warm machine: every level with the final code
+  budget_bench stop19-levels 420 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S36)  # same warm machine: the A/B without gathering first chunks at 1, 16 and 64 streams
+  STUDIO_FLOW_GATHER_MS=0 budget_bench stop19-no-gather 300 --warmup-rounds 2 --concurrency 1,16,64
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -301,7 +301,60 @@ def streams_summary(loaded, request, streams: int) -> str:
         lines.append(
             f"| {name} | {len(values)} | {sum(values):.2f} | {1000 * sum(values) / len(values):.1f} |"
         )
-    return "\n".join(lines) + "\n\n" + round_timeline(started, takes, seed0=2000)
+    text = "\n".join(lines) + "\n\n" + round_timeline(started, takes, seed0=2000)
+    with SyncCalls() as syncs:  # a round of its own: recording each wait slows it
+        one_round(5000)
+    return text + syncs.table()
+
+
+class SyncCalls:
+    """While active (CUDA only): every call that makes the host wait for the GPU, by where in the studio it
+    came from (torch's sync debug mode warns on each; the warnings are counted by their innermost studio
+    frame). A wait in a take's or the scheduler's thread while ticks are queued stalls them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def __enter__(self) -> SyncCalls:
+        import traceback
+        import warnings
+
+        import torch
+
+        self._shown = warnings.showwarning
+        self._filters = warnings.filters[:]
+        warnings.simplefilter("always")
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            frames = [f for f in traceback.extract_stack() if "/studio/" in f.filename]
+            where = (
+                f"{frames[-1].filename.split('/studio/')[-1]}:{frames[-1].lineno} {frames[-1].name}"
+                if frames
+                else filename
+            )
+            key = f"{str(message).splitlines()[0][:60]} @ {where}"
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+        warnings.showwarning = record
+        if torch.cuda.is_available():
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import warnings
+
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = self._shown
+        warnings.filters[:] = self._filters
+
+    def table(self) -> str:
+        lines = ["### Calls that waited for the GPU, in one more round (torch's sync debug mode)\n",
+                 "| calls | what @ where |", "| --- | --- |"]  # fmt: skip
+        lines += [f"| {n} | `{k}` |" for k, n in sorted(self.counts.items(), key=lambda kv: -kv[1])[:25]]
+        return "\n".join(lines) + "\n\n"
 
 
 def round_timeline(started: float, takes: list, seed0: int) -> str:

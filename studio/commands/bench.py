@@ -347,7 +347,8 @@ def print_level(backend: str, level: dict) -> None:
         first += (
             f"  scheduler host {solver['scheduler_host_s']:.1f} s, GPU wait {solver['scheduler_gpu_wait_s']:.1f} s,"
             f" idle {solver['scheduler_idle_s']:.1f} s, tick GPU {solver['tick_gpu_s']:.1f} s,"
-            f" LM waited for {solver.get('turn_ticks', 0)} of {solver['ticks']} ticks"
+            f" LM waited for {solver.get('turn_ticks', 0)} of {solver['ticks']} ticks,"
+            f" gathered first chunks {solver.get('gather_s', 0.0) * 1000:.0f} ms"
         )
     peak = level.get("peak_vram_bytes")
     if peak is not None:

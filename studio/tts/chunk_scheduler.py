@@ -15,9 +15,14 @@ worker instead, as vLLM's engine is the LM's: a take hands it a chunk (`render`)
 4. solves all of the new chunks' Euler steps in as few batches as the solver's budget allows, then runs
    their HiFT and starts the copies of their audio to the host, and does not wait for them.
 
-It never waits while a chunk is queued and the GPU is idle. A tick that makes first chunks has the GPU to
-itself when the LM decodes for no other take: vLLM's LM steps wait until the tick is done
-(tts/device/flow_turn.py) instead of time-slicing the GPU with it. A chunk whose take is cancelled while it
+It never waits while a chunk is queued and the GPU is idle, but for one case: takes started together (a
+burst, or a user's takes of one line) get their first chunk's tokens within a few LM steps of each other,
+and a tick of the first of them alone would make the others wait for a whole tick of GPU work that costs
+about what all of them together cost. So a tick with first chunks waits up to ``STUDIO_FLOW_GATHER_MS``
+(default 20) for the first chunks of takes that started no later than they did (`expect`). A tick that
+makes first chunks has the GPU to itself when the LM decodes only for takes whose first chunk is in the
+tick or queued: vLLM's LM steps wait until the tick is done (tts/device/flow_turn.py) instead of
+time-slicing the GPU with it. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
 tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
@@ -28,6 +33,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -44,6 +50,8 @@ log = logging.getLogger(__name__)
 
 CANCEL_POLL_SECONDS = 0.02
 GPU_POLL_SECONDS = 0.0005
+SIBLING_SECONDS = 0.05  # takes that started this close to (or before) a take with a first chunk: its siblings
+EXPECT_SECONDS = 10.0  # a take still without its first chunk this long after its start is not waited for
 
 
 class ChunkCancelled(Exception):
@@ -61,6 +69,7 @@ class ChunkJob:
     seq: int
     submitted: float
     first: bool = False  # the take's first chunk: nothing of it plays yet
+    began: float = 0.0  # when the take started (`ChunkScheduler.expect`; else when the chunk came)
     done: threading.Event = field(default_factory=threading.Event)
     step: FlowStep | None = None
     speech: torch.Tensor | None = None  # on the host once done
@@ -103,9 +112,23 @@ class ChunkScheduler:
         # tick (first kernel to last copy, time-sliced waits included): host-bound or GPU-bound at a glance
         self.host_seconds = self.wait_seconds = self.idle_seconds = self.gpu_seconds = 0.0
         self.turn_ticks = 0  # ticks for which the LM waited (first chunks, and no other take needed the LM)
+        self.gather_seconds = 0.0  # waited for the first chunks of takes started together
+        gather_ms = envs.FLOW_GATHER_MS.number()
+        self.gather_window = 0.02 if gather_ms is None else max(0.0, gather_ms / 1000)
+        self._expected: dict[int, tuple[weakref.ref, float]] = {}  # id(stream) -> (stream, when it started)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
 
     # -- the take's side --------------------------------------------------------------------------
+    def expect(self, stream) -> None:
+        """A take started: its first chunk will come (ticks with first chunks may wait for it, see module)."""
+        with self._condition:
+            self._expected[id(stream)] = (weakref.ref(stream), time.monotonic())
+
+    def forget(self, stream) -> None:
+        """The take ended (or its first chunk came): no tick waits for it."""
+        with self._condition:
+            self._expected.pop(id(stream), None)
+
     def render(self, stream, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, float, float]:
         """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches)."""
         now = time.monotonic()
@@ -121,6 +144,8 @@ class ChunkScheduler:
         with self._condition:
             if self._closed:
                 raise RuntimeError("the chunk scheduler was closed")
+            expected = self._expected.pop(id(stream), None)
+            job.began = now if expected is None else expected[1]
             self._queue.append(job)
             self._start()
             self._condition.notify_all()
@@ -182,15 +207,19 @@ class ChunkScheduler:
                     self._condition.wait(GPU_POLL_SECONDS)  # the GPU works; a new chunk may come
                 if inflight is None and self._closed and not self._queue:
                     return
+                gathered = self._gather(inflight)
                 jobs = self._pick() if self._takeable() else []
+                first_queued = sum(job.first for job in self._queue)
             started = time.monotonic()
             self.idle_seconds += idle_until - asked
-            self.wait_seconds += started - idle_until
+            self.wait_seconds += started - idle_until - gathered
+            self.gather_seconds += gathered
             waited_before = self.wait_seconds
             first = sum(job.first for job in jobs)
             try:
-                # before the tick's first kernel: the LM's next step waits (only the tick's takes need it)
-                turn = bool(first) and flow_turn.hold(first)
+                # before the tick's first kernel: the LM's next step waits if it decodes only for takes whose
+                # first chunk is in this tick or queued for the next
+                turn = bool(first) and flow_turn.hold(first + first_queued)
                 self.turn_ticks += turn
                 start = self._gpu_mark() if jobs else None
                 if inflight is not None and inflight.ready():  # hand out finished audio at once
@@ -219,6 +248,36 @@ class ChunkScheduler:
         event = torch.cuda.Event(enable_timing=True)
         event.record(torch.cuda.current_stream(device))
         return event
+
+    def _gather(self, inflight: _Tick | None) -> float:
+        """Seconds waited (lock held) for the first chunks of takes started with those queued; see module."""
+        firsts = [job for job in self._queue if job.first]
+        if not firsts or self.gather_window <= 0 or self._paused:
+            return 0.0
+        started = time.monotonic()
+        until = min(job.submitted for job in firsts) + self.gather_window
+        while (left := until - time.monotonic()) > 0 and (inflight is None or not inflight.ready()):
+            if not self._siblings_coming(firsts):
+                break
+            self._condition.wait(min(left, GPU_POLL_SECONDS * 4))
+            firsts = [job for job in self._queue if job.first]
+        return time.monotonic() - started
+
+    def _siblings_coming(self, firsts: list[ChunkJob]) -> bool:
+        """Whether a take started no later than (or with) the queued first chunks' takes still has its to come."""
+        latest = max(job.began for job in firsts)
+        now = time.monotonic()
+        for key, (ref, began) in list(self._expected.items()):
+            stream = ref()
+            if stream is None or now - began >= EXPECT_SECONDS:
+                del self._expected[key]  # gone, or too slow to be waited for by anyone
+                continue
+            cancel = getattr(stream, "cancel", None)
+            if began > latest + SIBLING_SECONDS or not stream.first_pending:
+                continue
+            if cancel is None or not cancel.is_set():
+                return True
+        return False
 
     def _takeable(self) -> bool:
         return bool(self._queue) and not self._paused
@@ -330,6 +389,7 @@ _STATS = (  # name in bench's JSON, attribute
     ("scheduler_idle_s", "idle_seconds"),
     ("tick_gpu_s", "gpu_seconds"),
     ("turn_ticks", "turn_ticks"),
+    ("gather_s", "gather_seconds"),
 )
 
 

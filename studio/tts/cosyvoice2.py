@@ -289,6 +289,7 @@ class CosyVoice2:
             token_backend,
             lambda: llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0],
             llm.speech_embedding.weight.device,
+            key=(tuple(text_ids), tuple(prompt.prompt_text_ids), tuple(prompt.llm_speech_tokens)),
         )
         n_prompt = len(prompt.prompt_text_ids)
         min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
@@ -358,6 +359,7 @@ class CosyVoice2:
             return
         finally:
             producer.close()
+            stream.close()
 
     @staticmethod
     def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from studio import envs
 from studio.tts.chunk_scheduler import scheduler_for
+from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
@@ -43,6 +44,7 @@ MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
 MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
+_HAMMING = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()  # the chunks' cross-fade window
 SAMPLE_RATE = 24000
 
 
@@ -117,7 +119,7 @@ class Token2WavStream:
             self.first_hop = envs.FIRST_HOP_TOKENS.count() or 0
         self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
         self.device = next(self.flow.parameters()).device
-        self.window = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float().to(self.device)
+        self.window = to_device(_HAMMING, self.device)  # never waits for the flow's queued GPU work
         self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
         self._audio_out = 0.0  # seconds of audio handed out so far
         if self.scheduled is None:
@@ -140,6 +142,13 @@ class Token2WavStream:
                 )
             else:
                 self.incremental = False
+        if self._incremental is not None and self.scheduled:
+            scheduler_for(self.flow).expect(self)  # takes started together may share their first tick
+
+    def close(self) -> None:
+        """The take ended (done, cancelled or failed): the flow's scheduler stops expecting its first chunk."""
+        if self._incremental is not None and self.scheduled:
+            scheduler_for(self.flow).forget(self)
 
     # -- streaming schedule ----------------------------------------------------------------------
     @property

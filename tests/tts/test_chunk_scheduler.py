@@ -355,3 +355,94 @@ def test_a_tick_with_a_first_chunk_holds_the_gpu_turn_until_its_audio_is_out(mod
     assert ticks[0] == (True, True)
     assert set(ticks[1:per_take]) == {(False, False)}
     assert scheduler.turn_ticks == 2
+
+
+def _first_chunks_of(streams: list[Token2WavStream], delays: list[float]) -> list[BaseException]:
+    """Each stream asks for its first chunk on a thread of its own, `delays[i]` seconds after the start."""
+    tokens = speech_tokens(40, 9)
+    errors: list[BaseException] = []
+
+    def ask(stream: Token2WavStream, delay: float) -> None:
+        time.sleep(delay)
+        errors.extend(_catch(lambda: stream.chunk(tokens[: stream.tokens_needed()])))
+
+    threads = [threading.Thread(target=ask, args=pair) for pair in zip(streams, delays, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors
+
+
+@pytest.fixture
+def ticks(scheduler, monkeypatch):
+    """Per tick the scheduler launches: how many of its chunks are first chunks, and how many chunks it has."""
+    seen: list[tuple[int, int]] = []
+    launch = ChunkScheduler._launch
+
+    def launched(self, jobs):
+        seen.append((sum(job.first for job in jobs), len(jobs)))
+        return launch(self, jobs)
+
+    monkeypatch.setattr(ChunkScheduler, "_launch", launched)
+    return seen
+
+
+def test_takes_started_together_share_the_tick_of_their_first_chunks(modules, scheduler, ticks):  # noqa: F811
+    """The second take's first chunk comes 0.15 s after the first's: the first waits for it (one tick)."""
+    flow, hift = modules
+    scheduler.gather_window = 2.0  # long, so that a slow machine still shows the behaviour
+    streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2)]
+    assert not _first_chunks_of(streams, [0.0, 0.15])
+    assert ticks == [(2, 2)]
+    assert 0.1 < scheduler.gather_seconds < 2.0  # it waited for the sibling, not for the whole window
+
+
+@pytest.mark.parametrize("other", ["started later", "ended", "cancelled"])
+def test_a_first_chunk_does_not_wait_for_a_take_that_will_not_come_with_it(modules, scheduler, ticks, other):  # noqa: F811
+    flow, hift = modules
+    scheduler.gather_window = 2.0
+    first = make_stream(flow, hift, 25, 1, scheduled=True)
+    if other == "started later":
+        time.sleep(0.2)  # beyond SIBLING_SECONDS: not one of the takes started together
+    second = make_stream(flow, hift, 25, 2, scheduled=True, cancel=threading.Event())
+    if other == "ended":
+        second.close()  # its take failed or finished without a first chunk
+    elif other == "cancelled":
+        second.cancel.set()
+    assert not _first_chunks_of([first], [0.0])
+    assert ticks == [(1, 1)]
+    assert scheduler.gather_seconds < 0.5
+
+
+def test_no_gathering_when_switched_off(modules, scheduler, ticks):  # noqa: F811
+    flow, hift = modules
+    scheduler.gather_window = 0.0  # STUDIO_FLOW_GATHER_MS=0
+    streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2)]
+    assert not _first_chunks_of(streams, [0.0, 0.6])
+    assert ticks == [(1, 1), (1, 1)] and scheduler.gather_seconds == 0.0
+
+
+def test_the_lm_waits_once_its_takes_have_their_first_chunks_queued(modules, scheduler, monkeypatch):  # noqa: F811
+    """Two takes' first chunks, one per tick (max_jobs 1): while the first is made, the second is queued."""
+    flow, hift = modules
+    monkeypatch.delenv(FILE_VARIABLE, raising=False)
+    scheduler.max_jobs = 1
+    turn = flow_turn.share()
+    waiter = TurnWaiter(turn.path)
+    held = []
+    launch = ChunkScheduler._launch
+    monkeypatch.setattr(
+        ChunkScheduler, "_launch", lambda self, jobs: held.append(waiter.until() > 0) or launch(self, jobs)
+    )
+    tokens = speech_tokens(40, 9)
+    try:
+        for decoding, expected in ((2, True), (3, False)):  # with 3, a third take decodes too
+            held.clear()
+            turn.lm_requests = lambda n=decoding: n
+            streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2)]
+            work = [lambda s=s: s.chunk(tokens[: s.tokens_needed()]) for s in streams]
+            assert not queue_while_paused(scheduler, work)
+            assert len(held) == 2 and held[0] is expected  # the first tick, the other first chunk queued
+    finally:
+        turn.close()

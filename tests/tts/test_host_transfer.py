@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from studio.tts.device.transfer import on_host_apart, to_device
-from studio.tts.llm.backend import prompt_embeds_for
+from studio.tts.llm.backend import HostPromptEmbeds, prompt_embeds_for
 
 
 class HostBackend:
@@ -25,6 +25,28 @@ def test_a_host_backend_gets_host_embeddings_equal_to_the_device_ones():
     on_host = prompt_embeds_for(HostBackend(), make, weight.device)
     assert on_host.device.type == "cpu" and torch.equal(on_host, make())
     assert torch.equal(prompt_embeds_for(DeviceBackend(), make, weight.device), make())
+
+
+def test_takes_of_one_text_and_voice_make_their_embeddings_once():
+    weight = torch.randn(50, 8)
+    made = []
+
+    def maker(ids: list[int]):
+        return lambda: made.append(ids) or weight[torch.tensor(ids)]
+
+    backend = HostBackend()
+    backend.host_embeds = HostPromptEmbeds(capacity=2)
+    first = prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))
+    again = prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))
+    assert again is first and made == [[3, 1]] and backend.host_embeds.hits == 1
+    other = prompt_embeds_for(backend, maker([4, 2]), weight.device, key=(4, 2))
+    assert torch.equal(other, weight[torch.tensor([4, 2])]) and len(made) == 2
+    prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))  # used last: (4, 2) goes first
+    prompt_embeds_for(backend, maker([5]), weight.device, key=(5,))
+    prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))
+    prompt_embeds_for(backend, maker([4, 2]), weight.device, key=(4, 2))
+    assert made == [[3, 1], [4, 2], [5], [4, 2]]  # at most two kept, the least recently used dropped
+    assert prompt_embeds_for(DeviceBackend(), maker([3, 1]), weight.device, key=(3, 1)) is not first
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -15,8 +15,8 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     chunk would wait for every other take's queued GPU work, and concurrent takes would never meet in
     the solver to form a batch. (The caching host allocator keeps the pinned block until the copy ran.)
     """
-    if device.type != "cuda":
-        return tensor.to(device)
+    if device.type != "cuda" or tensor.device.type == "cuda":
+        return tensor.to(device, non_blocking=True)
     return tensor.pin_memory().to(device, non_blocking=True)
 
 

@@ -381,13 +381,13 @@ class IncrementalFlow:
         spks = self._spks
         if spks is None or spks.device != device or spks.dtype != mu.dtype:
             dtype = flow.spk_embed_affine_layer.weight.dtype
-            embedding = F.normalize(self.embedding.to(device).float(), dim=1).to(dtype)
+            embedding = F.normalize(to_device(self.embedding, device).float(), dim=1).to(dtype)
             spks = self._spks = flow.spk_embed_affine_layer(embedding).to(mu.dtype)
         frame0, frames = plan.start * ratio, mu.shape[2]
         cond = torch.zeros_like(mu)
         prompt_frames = self.prompt_feat.shape[1]
         if frame0 < prompt_frames:
-            part = self.prompt_feat[:, frame0 : frame0 + frames].to(device=device, dtype=mu.dtype)
+            part = to_device(self.prompt_feat[:, frame0 : frame0 + frames], device).to(mu.dtype)
             cond[:, :, : part.shape[1]] = part.transpose(1, 2)
         # `CausalConditionalCFM.solve_euler` (Euler steps, classifier-free guidance) on the new frames only,
         # batched with other takes' chunks by the flow's `EstimatorSolver`.

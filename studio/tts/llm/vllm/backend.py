@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from studio import envs
 from studio.tts.device import flow_turn
 from studio.tts.errors import BackendUnavailableError
-from studio.tts.llm.backend import check_prompt_embeds
+from studio.tts.llm.backend import HostPromptEmbeds, check_prompt_embeds
 from studio.tts.llm.vllm.processes import engine_processes, reap_processes
 from studio.tts.llm.vllm.warm import warm_first_request
 from studio.vllm_options import VLLM_DEFAULTS, with_defaults
@@ -77,6 +77,7 @@ class VllmTokenBackend:
         turn: FlowTurn | None = None,
     ):
         self._engine = engine
+        self.host_embeds = HostPromptEmbeds()  # the prompt embeddings of recent texts (takes of one line)
         self.turn = turn  # the flow's GPU turn shared with this engine's processes, closed with it
         if turn is not None:
             turn.lm_requests = lambda: self.num_live_requests
