@@ -343,6 +343,22 @@ S35)  # same warm machine: every level with the final code
 S36)  # same warm machine: the A/B without gathering first chunks at 1, 16 and 64 streams
   STUDIO_FLOW_GATHER_MS=0 budget_bench stop19-no-gather 300 --warmup-rounds 2 --concurrency 1,16,64
   ;;
+S37)  # stop 19, third machine, after the five part-copy calls: install, then 32 streams three ways (the 32-stream
+      # level had 6 graph captures in its timed rounds at S35): as is, without gathering, without the turn; the
+      # solver's captures and arena growth logged
+  install
+  for variant in default STUDIO_FLOW_GATHER_MS=0 STUDIO_FLOW_TURN_MS=0; do
+    env "${variant/default/STUDIO_X=1}" timeout 150 python3 -c "import logging, sys
+logging.basicConfig(level=logging.WARNING, format='%(relativeCreated)9.0f %(name)s %(message)s')
+logging.getLogger('studio.tts.flow.streaming.solver').setLevel(logging.INFO)
+from studio.cli import main
+sys.exit(main(sys.argv[1:]))" bench --model /tmp/full --tokens 100 --max-num-seqs 64 --max-num-batched-tokens 8192 \
+      --backends vllm --fp16 --runs 2 --warmup-rounds 2 --concurrency 32 --json "$out/bench-stop19-c32-${variant%%=*}.json" \
+      >"$out/bench-stop19-c32-${variant%%=*}.log" 2>&1
+    echo "== $variant: rc $?"
+    grep -E "^vllm |studio.tts.flow|rror" "$out/bench-stop19-c32-${variant%%=*}.log" | cut -c1-330 | tail -14
+  done
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

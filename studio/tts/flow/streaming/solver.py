@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -313,6 +314,10 @@ class EstimatorSolver:
         if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] < batch.cap:
             rows_total = rows if arena is None else max(rows, arena.kv.shape[3])
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
+            log.info(
+                "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
+                rows_total, cap, len(self._captured),
+            )  # fmt: skip
             self._arena = None
             self._drop_graphs()  # the old arena's graphs die with it
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
@@ -370,8 +375,13 @@ class EstimatorSolver:
         key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
         captured = self._captured.get(key)
         if captured is None:
+            started = time.monotonic()
             captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
             self.captures += 1
+            log.info(
+                "flow: CUDA graph captured for %d takes x %d frames over %d context frames in %.2f s (%d kept)",
+                batch.rows, batch.frames, batch.cap, time.monotonic() - started, len(self._captured),
+            )  # fmt: skip
         for name in SolveInputs.__dataclass_fields__:
             getattr(captured.io, name).copy_(getattr(io, name))
         self._copy_in(batch, arena)  # after any capture: its warm-up pass wrote into the arena
