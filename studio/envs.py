@@ -130,7 +130,7 @@ FLOW_ARENA_SHARE = _define(
 FLOW_TURN_MS = _define(
     "STUDIO_FLOW_TURN_MS",
     "250",
-    "vLLM: while the flow makes first chunks and the LM decodes only for takes whose first chunk is made or queued, its next step waits "
+    "vLLM: while the flow makes first chunks and the LM decodes for no other take, the LM's next step waits "
     "(the GPU is the flow's) for at most this many ms (0: the two time-slice the GPU)",
     speed=True,
 )

@@ -20,9 +20,8 @@ burst, or a user's takes of one line) get their first chunk's tokens within a fe
 and a tick of the first of them alone would make the others wait for a whole tick of GPU work that costs
 about what all of them together cost. So a tick with first chunks waits up to ``STUDIO_FLOW_GATHER_MS``
 (default 20) for the first chunks of takes that started no later than they did (`expect`). A tick that
-makes first chunks has the GPU to itself when the LM decodes only for takes whose first chunk is in the
-tick or queued: vLLM's LM steps wait until the tick is done (tts/device/flow_turn.py) instead of
-time-slicing the GPU with it. A chunk whose take is cancelled while it
+makes first chunks has the GPU to itself when the LM decodes for no other take: vLLM's LM steps wait
+until the tick is done (tts/device/flow_turn.py) instead of time-slicing the GPU with it. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
 tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
@@ -209,7 +208,6 @@ class ChunkScheduler:
                     return
                 gathered = self._gather(inflight)
                 jobs = self._pick() if self._takeable() else []
-                first_queued = sum(job.first for job in self._queue)
             started = time.monotonic()
             self.idle_seconds += idle_until - asked
             self.wait_seconds += started - idle_until - gathered
@@ -217,9 +215,8 @@ class ChunkScheduler:
             waited_before = self.wait_seconds
             first = sum(job.first for job in jobs)
             try:
-                # before the tick's first kernel: the LM's next step waits if it decodes only for takes whose
-                # first chunk is in this tick or queued for the next
-                turn = bool(first) and flow_turn.hold(first + first_queued)
+                # before the tick's first kernel: the LM's next step waits (only the tick's takes need it)
+                turn = bool(first) and flow_turn.hold(first)
                 self.turn_ticks += turn
                 start = self._gpu_mark() if jobs else None
                 if inflight is not None and inflight.ready():  # hand out finished audio at once

@@ -423,26 +423,26 @@ def test_no_gathering_when_switched_off(modules, scheduler, ticks):  # noqa: F81
     assert ticks == [(1, 1), (1, 1)] and scheduler.gather_seconds == 0.0
 
 
-def test_the_lm_waits_once_its_takes_have_their_first_chunks_queued(modules, scheduler, monkeypatch):  # noqa: F811
-    """Two takes' first chunks, one per tick (max_jobs 1): while the first is made, the second is queued."""
+def test_takes_started_together_get_the_gpu_turn_for_their_shared_first_tick(modules, scheduler, monkeypatch):  # noqa: F811
+    """Two takes' first chunks 0.1 s apart share a tick; the LM, decoding only for them, waits during it."""
     flow, hift = modules
     monkeypatch.delenv(FILE_VARIABLE, raising=False)
-    scheduler.max_jobs = 1
+    scheduler.gather_window = 2.0
     turn = flow_turn.share()
     waiter = TurnWaiter(turn.path)
     held = []
     launch = ChunkScheduler._launch
     monkeypatch.setattr(
-        ChunkScheduler, "_launch", lambda self, jobs: held.append(waiter.until() > 0) or launch(self, jobs)
+        ChunkScheduler,
+        "_launch",
+        lambda self, jobs: held.append((len(jobs), waiter.until() > 0)) or launch(self, jobs),
     )
-    tokens = speech_tokens(40, 9)
     try:
         for decoding, expected in ((2, True), (3, False)):  # with 3, a third take decodes too
             held.clear()
             turn.lm_requests = lambda n=decoding: n
             streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2)]
-            work = [lambda s=s: s.chunk(tokens[: s.tokens_needed()]) for s in streams]
-            assert not queue_while_paused(scheduler, work)
-            assert len(held) == 2 and held[0] is expected  # the first tick, the other first chunk queued
+            assert not _first_chunks_of(streams, [0.0, 0.1])
+            assert held == [(2, expected)]
     finally:
         turn.close()
