@@ -359,6 +359,10 @@ sys.exit(main(sys.argv[1:]))" bench --model /tmp/full --tokens 100 --max-num-seq
     grep -E "^vllm |studio.tts.flow|rror" "$out/bench-stop19-c32-${variant%%=*}.log" | cut -c1-330 | tail -14
   done
   ;;
+S38)  # same warm machine: what float16 autocast costs the fp16 flow (kernels, ms per first chunk, 16 takes)
+  timeout 240 python3 scripts/gpu/autocast_check.py --model /tmp/full --json "$out/autocast-check.json" 2>&1 \
+    | grep -vE "Warning|warn" | tail -6
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install
