@@ -19,7 +19,8 @@ It never waits while a chunk is queued and the GPU is idle, but for one case: ta
 burst, or a user's takes of one line) get their first chunk's tokens within a few LM steps of each other,
 and a tick of the first of them alone would make the others wait for a whole tick of GPU work that costs
 about what all of them together cost. So a tick with first chunks waits up to ``STUDIO_FLOW_GATHER_MS``
-(default 20) for the first chunks of takes that started no later than they did (`expect`). A tick that
+(default 20) for the first chunks of takes that started no later than they did (`expect`), when they are
+at most `GATHER_MAX_TAKES` in all. A tick that
 makes first chunks has the GPU to itself when the LM decodes for no other take: vLLM's LM steps wait
 until the tick is done (tts/device/flow_turn.py) instead of time-slicing the GPU with it. A chunk whose take is cancelled while it
 waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
@@ -50,6 +51,11 @@ log = logging.getLogger(__name__)
 CANCEL_POLL_SECONDS = 0.02
 GPU_POLL_SECONDS = 0.0005
 SIBLING_SECONDS = 0.05  # takes that started this close to (or before) a take with a first chunk: its siblings
+# At most this many first chunks are gathered. Up to 16 takes a tick costs about what one take's costs (the
+# solve is launch-bound); gathering more made each round's ticks differ with the LM's jitter (8, 24, 28
+# takes...) and every new batch shape cost a ~1.2 s CUDA-graph capture: 32 streams went from a first chunk
+# p95 of 0.79 s to 3.0 s on the H200 (benchmarks/README.md, stop 19).
+GATHER_MAX_TAKES = 16
 EXPECT_SECONDS = 10.0  # a take still without its first chunk this long after its start is not waited for
 
 
@@ -254,16 +260,17 @@ class ChunkScheduler:
         started = time.monotonic()
         until = min(job.submitted for job in firsts) + self.gather_window
         while (left := until - time.monotonic()) > 0 and (inflight is None or not inflight.ready()):
-            if not self._siblings_coming(firsts):
+            coming = self._siblings_coming(firsts)
+            if not coming or len(firsts) + coming > GATHER_MAX_TAKES:
                 break
             self._condition.wait(min(left, GPU_POLL_SECONDS * 4))
             firsts = [job for job in self._queue if job.first]
         return time.monotonic() - started
 
-    def _siblings_coming(self, firsts: list[ChunkJob]) -> bool:
-        """Whether a take started no later than (or with) the queued first chunks' takes still has its to come."""
+    def _siblings_coming(self, firsts: list[ChunkJob]) -> int:
+        """How many takes started no later than (or with) the queued first chunks' takes have theirs to come."""
         latest = max(job.began for job in firsts)
-        now = time.monotonic()
+        now, coming = time.monotonic(), 0
         for key, (ref, began) in list(self._expected.items()):
             stream = ref()
             if stream is None or now - began >= EXPECT_SECONDS:
@@ -273,8 +280,8 @@ class ChunkScheduler:
             if began > latest + SIBLING_SECONDS or not stream.first_pending:
                 continue
             if cancel is None or not cancel.is_set():
-                return True
-        return False
+                coming += 1
+        return coming
 
     def _takeable(self) -> bool:
         return bool(self._queue) and not self._paused

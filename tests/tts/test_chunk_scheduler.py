@@ -415,6 +415,16 @@ def test_a_first_chunk_does_not_wait_for_a_take_that_will_not_come_with_it(modul
     assert scheduler.gather_seconds < 0.5
 
 
+def test_no_gathering_beyond_the_most_first_chunks_a_tick_gathers(modules, scheduler, ticks, monkeypatch):  # noqa: F811
+    """Three takes started together, at most two gathered: the first chunk that is there goes alone."""
+    flow, hift = modules
+    monkeypatch.setattr("studio.tts.chunk_scheduler.GATHER_MAX_TAKES", 2)
+    scheduler.gather_window = 2.0
+    streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2, 3)]
+    assert not _first_chunks_of(streams, [0.0, 0.6, 0.6])
+    assert ticks[0] == (1, 1) and scheduler.gather_seconds < 0.5
+
+
 def test_no_gathering_when_switched_off(modules, scheduler, ticks):  # noqa: F811
     flow, hift = modules
     scheduler.gather_window = 0.0  # STUDIO_FLOW_GATHER_MS=0
