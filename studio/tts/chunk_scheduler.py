@@ -338,7 +338,7 @@ class ChunkScheduler:
                 groups.setdefault(job.stream.fp16, []).append(job)
         solver = solver_for(self.flow.decoder)
         for group in groups.values():
-            with group[0].stream.autocast():
+            with group[0].stream.precision():
                 solver.solve_many([job.step.request for job in group])
         device = None
         for job in jobs:

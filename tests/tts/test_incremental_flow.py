@@ -171,3 +171,31 @@ def test_streaming_defaults_to_the_incremental_flow_unless_overridden(modules, m
     monkeypatch.setenv("STUDIO_INCREMENTAL_FLOW", "0")
     assert chosen() is False
     assert chosen(incremental=True) is True
+
+
+@pytest.mark.parametrize("recompute_encoder", [True, False])
+def test_half_weights_without_autocast_stream_close_to_float32(modules, recompute_encoder):
+    """The studio's fp16 flow runs its halved weights without autocast (token2wav.flow_precision): every chunk
+    of the streaming path (prompt inputs in float32, as the frontend makes them) stays close to float32."""
+    import copy
+
+    from studio.tts.flow.streaming.incremental import begin_many
+    from studio.tts.flow.streaming.solver import EstimatorSolver
+
+    flow, _ = modules
+    tokens = speech_tokens(60, 8)
+    mels = {}
+    for dtype in (torch.float32, torch.float16):
+        module = copy.deepcopy(flow).to(dtype)
+        module.decoder._solver = EstimatorSolver(module.decoder, graphs=False)
+        take = IncrementalFlow(module, **prompt(13, 4), recompute_encoder=recompute_encoder)
+        mels[dtype] = []
+        with torch.inference_mode():
+            for end, final in ((28, False), (53, False), (60, True)):
+                step = begin_many([(take, tokens[:end], final)])[0]
+                module.decoder._solver.solve_many([step.request])
+                mel, _ = take.complete(step)
+                assert mel.dtype == dtype
+                mels[dtype].append(mel.float())
+    for half, full in zip(mels[torch.float16], mels[torch.float32], strict=True):
+        assert relative_error(half, full) < 0.05
