@@ -363,6 +363,11 @@ S38)  # same warm machine: what float16 autocast costs the fp16 flow (kernels, m
   timeout 240 python3 scripts/gpu/autocast_check.py --model /tmp/full --json "$out/autocast-check.json" 2>&1 \
     | grep -vE "Warning|warn" | tail -6
   ;;
+S39)  # stop 19, fourth machine (short of device time), after the five part-copy calls: install, then the final
+      # defaults (first chunks gathered up to 16 takes, the fp16 flow without autocast) at 1, 16 and 32 streams
+  install
+  budget_bench stop19-final-c1-16-32 150 --warmup-rounds 2 --runs 1 --concurrency 1,16,32
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install
