@@ -20,11 +20,11 @@ burst, or a user's takes of one line) get their first chunk's tokens within a fe
 and a tick of the first of them alone would make the others wait for a whole tick of GPU work that costs
 about what all of them together cost. So a tick with first chunks waits up to ``STUDIO_FLOW_GATHER_MS``
 (default 20) for the first chunks of takes that started no later than they did (`expect`), when they are
-at most `GATHER_MAX_TAKES` in all. A tick that
-makes first chunks has the GPU to itself when the LM decodes for no other take: vLLM's LM steps wait
-until the tick is done (tts/device/flow_turn.py) instead of time-slicing the GPU with it. A chunk whose take is cancelled while it
-waits leaves the queue (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its
-tick go on (a failed batch is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
+at most `GATHER_MAX_TAKES` in all. A tick that makes first chunks has the GPU to itself when the LM decodes
+for no other take: vLLM's LM steps wait until the tick is done (tts/device/flow_turn.py) instead of
+time-slicing the GPU with it. A chunk whose take is cancelled while it waits leaves the queue
+(`ChunkCancelled`); a chunk that fails gets its own error, and the others in its tick go on (a failed batch
+is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
 """
 
 from __future__ import annotations
