@@ -76,16 +76,21 @@ def at_once(flow, inputs, cache, streams: int, mode: str) -> float:
     return time.perf_counter() - started
 
 
-def kernels(run) -> tuple[int, float]:
-    """(kernels launched, their summed GPU ms) while `run()` ran (zeros without CUDA)."""
+def kernels(run) -> tuple[int, float, dict[str, int]]:
+    """(kernels launched, their summed GPU ms, the 15 most launched kernels by count) while `run()` ran
+    (zeros without CUDA): which fusions would pay in a launch-bound step."""
     if not torch.cuda.is_available():
         run()
-        return 0, 0.0
+        return 0, 0.0, {}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run()
         sync()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(events), sum(e.device_time for e in events) / 1000
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.name[:90]] = counts.get(event.name[:90], 0) + 1
+    top = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:15])
+    return len(events), sum(e.device_time for e in events) / 1000, top
 
 
 def main() -> int:
@@ -113,7 +118,9 @@ def main() -> int:
         for seed in range(3):  # captures this mode's graphs
             first_chunk(flow, inputs, cache, seed, mode)
         times = [first_chunk(flow, inputs, cache, 10 + seed, mode) for seed in range(10)]
-        count, gpu_ms = kernels(lambda mode=mode, cache=cache: first_chunk(flow, inputs, cache, 99, mode))
+        count, gpu_ms, top = kernels(
+            lambda mode=mode, cache=cache: first_chunk(flow, inputs, cache, 99, mode)
+        )
         at_once(flow, inputs, cache, args.streams, mode)  # captures the batched shapes
         wall = at_once(flow, inputs, cache, args.streams, mode)
         mels[mode] = whole_take(flow, inputs, cache, 7, mode)
@@ -123,6 +130,7 @@ def main() -> int:
             "first_chunk_kernels": count,
             "first_chunk_kernel_ms_under_profiler": round(gpu_ms, 2),
             f"{args.streams}_takes_at_once_wall_s": round(wall, 3),
+            "first_chunk_kernels_by_count": top,
         }
         report["modes"][mode] = row
         print(mode, json.dumps(row), flush=True)
