@@ -348,7 +348,7 @@ S37)  # stop 19, third machine, after the five part-copy calls: install, then 32
       # solver's captures and arena growth logged
   install
   for variant in default STUDIO_FLOW_GATHER_MS=0 STUDIO_FLOW_TURN_MS=0; do
-    env "${variant/default/STUDIO_X=1}" timeout 150 python3 -c "import logging, sys
+    env "${variant/default/BENCH_VARIANT=default}" timeout 150 python3 -c "import logging, sys
 logging.basicConfig(level=logging.WARNING, format='%(relativeCreated)9.0f %(name)s %(message)s')
 logging.getLogger('studio.tts.flow.streaming.solver').setLevel(logging.INFO)
 from studio.cli import main
