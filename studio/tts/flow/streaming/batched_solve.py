@@ -34,6 +34,7 @@ class Layout:
             for b in level[1]
         ]
         self.attention = {block.attn1: i for i, block in enumerate(blocks)}
+        self._qkv: dict[nn.Module, tuple[tuple, torch.Tensor]] = {}
         first = blocks[0].attn1
         self.heads = first.heads
         self.head_dim = first.to_q.out_features // first.heads
@@ -48,6 +49,16 @@ class Layout:
             self.conv[conv] = (offset, offset + conv.in_channels)
             offset += conv.in_channels
         self.conv_channels = offset
+
+    def qkv_weight(self, attn: nn.Module) -> torch.Tensor:
+        """The block's q, k and v projections as one weight [3 x inner, dim]: one GEMM where three ran, its k
+        and v side by side so that one scatter writes both (made on first use, again if the weights change)."""
+        parts = (attn.to_q.weight, attn.to_k.weight, attn.to_v.weight)
+        key = tuple((w.data_ptr(), w.dtype) for w in parts)
+        cached = self._qkv.get(attn)
+        if cached is None or cached[0] != key:
+            cached = self._qkv[attn] = (key, torch.cat(parts, dim=0))
+        return cached[1]
 
     def kv_shape(self, steps: int, rows: int, frames: int) -> tuple[int, ...]:
         """[steps, blocks, k/v, rows, heads, frames, head_dim]"""
@@ -175,17 +186,15 @@ def _resnet(ctx, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.T
 def _attend(layout: Layout, kv: torch.Tensor, io: SolveInputs, blocks: nn.ModuleList, x: torch.Tensor):
     x = x.transpose(1, 2)
     rows, n, _ = x.shape
-    where = io.write[:, None, :, None].expand(-1, layout.heads, -1, layout.head_dim)
+    where = io.write[None, :, None, :, None].expand(2, -1, layout.heads, -1, layout.head_dim)
     for block in blocks:
         attn = block.attn1
-        h = block.norm1(x)
-        q, k, v = (
-            proj(h).view(rows, n, attn.heads, -1).transpose(1, 2)
-            for proj in (attn.to_q, attn.to_k, attn.to_v)
-        )
+        # q, k, v in one GEMM: [rows, n, 3, heads, head_dim] -> [3, rows, heads, n, head_dim] (views)
+        qkv = F.linear(block.norm1(x), layout.qkv_weight(attn)).view(rows, n, 3, attn.heads, -1)
+        qkv = qkv.permute(2, 0, 3, 1, 4)
         cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]
-        cache[0].scatter_(2, where, k.to(cache.dtype))
-        cache[1].scatter_(2, where, v.to(cache.dtype))
+        cache.scatter_(3, where, qkv[1:].to(cache.dtype))  # this step's keys and values at their frames
+        q = qkv[0]
         out = F.scaled_dot_product_attention(q, cache[0].to(q.dtype), cache[1].to(q.dtype), attn_mask=io.bias)
         x = x + attn.to_out[0](out.transpose(1, 2).reshape(rows, n, -1))
         x = x + block.ff(block.norm3(x))
