@@ -369,15 +369,17 @@ S39)  # stop 19, fourth machine (short of device time), after the five part-copy
   budget_bench stop19-final-c1-16-32 150 --warmup-rounds 2 --runs 1 --concurrency 1,16,32
   ;;
 S40)  # next stop's first machine, after the five part-copy calls: install, the fused q/k/v on CUDA (graphs equal
-      # eager, the kernels of a first chunk), then every level with stop 19's final code
+      # eager, the kernels of a first chunk)
   install
   timeout 150 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --dtypes float16 --streams 1,16 \
     --solvers graphs --json "$out/flow-solver-check.json" 2>&1 | grep -E "PASS|FAIL|info|one take" | cut -c1-200
   timeout 120 python3 scripts/gpu/autocast_check.py --model /tmp/full --json "$out/autocast-check.json" 2>&1 \
     | grep -vE "Warning|warn" | cut -c1-300 | tail -4
-  budget_bench stop20-levels 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
   ;;
-S41)  # same warm machine: the 24 GiB budget at 16 and 32 streams
+S41)  # same warm machine: every level with the final code
+  budget_bench stop20-levels 420 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S42)  # same warm machine: the 24 GiB budget at 16 and 32 streams
   budget_bench stop20-vram-budget-24 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
