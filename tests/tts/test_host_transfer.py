@@ -7,8 +7,9 @@ import time
 import pytest
 import torch
 
+from studio.recent import RecentlyUsed
 from studio.tts.device.transfer import on_host_apart, to_device
-from studio.tts.llm.backend import HostPromptEmbeds, prompt_embeds_for
+from studio.tts.llm.backend import prompt_embeds_for
 
 
 class HostBackend:
@@ -35,7 +36,7 @@ def test_takes_of_one_text_and_voice_make_their_embeddings_once():
         return lambda: made.append(ids) or weight[torch.tensor(ids)]
 
     backend = HostBackend()
-    backend.host_embeds = HostPromptEmbeds(capacity=2)
+    backend.host_embeds = RecentlyUsed(capacity=2)
     first = prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))
     again = prompt_embeds_for(backend, maker([3, 1]), weight.device, key=(3, 1))
     assert again is first and made == [[3, 1]] and backend.host_embeds.hits == 1

@@ -13,8 +13,6 @@ prompts in a small LRU keyed by the audio's content (`$STUDIO_PROMPT_FEATURES_CA
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import numpy as np
 import torch
 
 from studio import envs
+from studio.recent import RecentlyUsed
 from studio.tts.frontend.features import flow_mel
 from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
 from studio.tts.frontend.text import TextFrontend
@@ -101,19 +100,17 @@ class Frontend:
         self.speech_tokenizer = speech_tokenizer
         self.device = torch.device(device)
         self.max_cached_prompts = cache_entries() if max_cached_prompts is None else int(max_cached_prompts)
-        self._cache: OrderedDict[tuple[str, int], PromptFeatures] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._hits = self._misses = 0
+        self._cache: RecentlyUsed[PromptFeatures] = RecentlyUsed(self.max_cached_prompts)
 
     def prompt_cache_stats(self) -> dict:
         """Hits, misses, entries held and the bound of the prompt features cache."""
-        with self._cache_lock:
-            return {
-                "hits": self._hits,
-                "misses": self._misses,
-                "entries": len(self._cache),
-                "max_entries": self.max_cached_prompts,
-            }
+        cache = self._cache
+        return {
+            "hits": cache.hits,
+            "misses": cache.misses,
+            "entries": len(cache),
+            "max_entries": cache.capacity,
+        }
 
     def prompt_features(
         self, wav: np.ndarray | torch.Tensor | str | Path, sr: int | None = None
@@ -140,21 +137,8 @@ class Frontend:
             )
         if self.max_cached_prompts <= 0:
             return self._compute(samples, sr)
-        key = _audio_key(samples, sr)
-        with self._cache_lock:
-            features = self._cache.get(key)
-            if features is not None:
-                self._cache.move_to_end(key)
-                self._hits += 1
-                return features
-            self._misses += 1
-        features = self._compute(samples, sr)  # outside the lock: two first takes may both compute
-        with self._cache_lock:
-            self._cache[key] = features
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.max_cached_prompts:
-                self._cache.popitem(last=False)
-        return features
+        # made outside the cache's lock: two first takes may both compute
+        return self._cache.get(_audio_key(samples, sr), lambda: self._compute(samples, sr))
 
     def _compute(self, samples: np.ndarray, sr: int) -> PromptFeatures:
         # ordinary tensors even when the caller is in inference mode: a cached inference tensor would

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -38,38 +37,12 @@ def check_prompt_embeds(prompt_embeds: torch.Tensor, hidden_size: int) -> None:
         raise ValueError(f"prompt_embeds must be [L, {hidden_size}], got {tuple(prompt_embeds.shape)}")
 
 
-class HostPromptEmbeds:
-    """Recent prompt embeddings on the host by the ids they were made from, at most `capacity` (least recently
-    used first out). A user's takes of one line, or a burst of requests for one text and voice, make them once:
-    at 16 takes started together on the H200 each take's 0.6 ms grew to 19 ms (benchmarks/README.md, stop 19)."""
-
-    def __init__(self, capacity: int = 64):
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        self._embeds: OrderedDict[tuple, torch.Tensor] = OrderedDict()
-        self.hits = 0
-
-    def get(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
-        with self._lock:
-            found = self._embeds.get(key)
-            if found is not None:
-                self._embeds.move_to_end(key)
-                self.hits += 1
-                return found
-        made = make()
-        with self._lock:
-            self._embeds[key] = made
-            while len(self._embeds) > self.capacity:
-                self._embeds.popitem(last=False)
-        return made
-
-
 def prompt_embeds_for(
     backend: object, make: Callable[[], torch.Tensor], device: torch.device, key: tuple | None = None
 ) -> torch.Tensor:
     """`make()`'s prompt embeddings where `backend` reads them: on the host, made on a CUDA stream apart from
     the flow's queued work, for a backend whose ``prompt_embeds_on_host`` is true (vLLM), and kept in its
-    `host_embeds` (a `HostPromptEmbeds`) by `key` when given; else on the device."""
+    `host_embeds` (a `RecentlyUsed`) by `key` when given; else on the device."""
     with torch.inference_mode():
         if getattr(backend, "prompt_embeds_on_host", False):
             cache = getattr(backend, "host_embeds", None)
