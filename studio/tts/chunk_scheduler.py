@@ -56,6 +56,7 @@ SIBLING_SECONDS = 0.05  # takes that started this close to (or before) a take wi
 # takes...) and every new batch shape cost a ~1.2 s CUDA-graph capture: 32 streams went from a first chunk
 # p95 of 0.79 s to 3.0 s on the H200 (benchmarks/README.md, stop 19).
 GATHER_MAX_TAKES = 16
+DEFAULT_GATHER_MS = 20  # ``STUDIO_FLOW_GATHER_MS`` unset
 EXPECT_SECONDS = 10.0  # a take still without its first chunk this long after its start is not waited for
 
 
@@ -119,7 +120,7 @@ class ChunkScheduler:
         self.turn_ticks = 0  # ticks for which the LM waited (first chunks, and no other take needed the LM)
         self.gather_seconds = 0.0  # waited for the first chunks of takes started together
         gather_ms = envs.FLOW_GATHER_MS.number()
-        self.gather_window = 0.02 if gather_ms is None else max(0.0, gather_ms / 1000)
+        self.gather_window = max(0.0, (DEFAULT_GATHER_MS if gather_ms is None else gather_ms) / 1000)
         self._expected: dict[int, tuple[weakref.ref, float]] = {}  # id(stream) -> (stream, when it started)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
 
