@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from flow_solver_check import relative, sync, voice
+from flow_solver_check import relative, sync, voice, wall_seconds
 from torch.profiler import ProfilerActivity, profile
 
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
@@ -63,17 +63,12 @@ def whole_take(flow, inputs, cache, seed: int, mode: str) -> list[torch.Tensor]:
 
 def at_once(flow, inputs, cache, streams: int, mode: str) -> float:
     """Wall seconds of `streams` whole takes at once (each thread enters the precision: autocast is per thread)."""
-    threads = [
-        threading.Thread(target=whole_take, args=(flow, inputs, cache, 500 + i, mode)) for i in range(streams)
-    ]
-    sync()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    sync()
-    return time.perf_counter() - started
+    return wall_seconds(
+        [
+            threading.Thread(target=whole_take, args=(flow, inputs, cache, 500 + i, mode))
+            for i in range(streams)
+        ]
+    )
 
 
 def kernels(run) -> tuple[int, float, dict[str, int]]:

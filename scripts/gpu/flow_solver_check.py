@@ -62,7 +62,13 @@ def take(flow, inputs, seed: int, cache, out: list | None = None, times: list | 
 
 def concurrent(flow, inputs, streams: int, cache) -> float:
     """Wall seconds for `streams` takes rendered at once (threads; their chunks batch in the solver)."""
-    threads = [threading.Thread(target=take, args=(flow, inputs, 100 + i, cache)) for i in range(streams)]
+    return wall_seconds(
+        [threading.Thread(target=take, args=(flow, inputs, 100 + i, cache)) for i in range(streams)]
+    )
+
+
+def wall_seconds(threads: list[threading.Thread]) -> float:
+    """Wall seconds from starting `threads` until all have ended, the GPU's queue empty before and after."""
     sync()
     started = time.perf_counter()
     for thread in threads:

@@ -27,14 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-EVENTS: list[
-    tuple
-] = []  # (name, start s, end s[, tag]) on perf_counter's clock; tag: a take's seed, a tick's size
+# (name, start s, end s[, tag]) on perf_counter's clock; tag: a take's seed, what a scheduler tick held
+EVENTS: list[tuple] = []
 T0 = [0.0]
 
 
-def span(owner, name: str, label: str | None = None) -> None:
-    """Wrap `owner.name` so each call is a profiler range and an event (start, end)."""
+def span(owner, name: str, label: str | None = None, tag=None) -> None:
+    """Wrap `owner.name` so each call is a profiler range and an event (start, end[, `tag(*args)`])."""
     import torch
 
     original = getattr(owner, name)
@@ -47,7 +46,8 @@ def span(owner, name: str, label: str | None = None) -> None:
             try:
                 return original(*args, **kwargs)
             finally:
-                EVENTS.append((label, started, time.perf_counter()))
+                ended = time.perf_counter()
+                EVENTS.append((label, started, ended) + (() if tag is None else (tag(*args),)))
 
     setattr(owner, name, wrapped)
 
@@ -69,30 +69,6 @@ def token_stamps(owner) -> None:
     owner.generate = generate
 
 
-def tick_stamps(scheduler_class) -> None:
-    """Wrap the chunk scheduler's encoder step and delivery: each tick's chunks (first chunks among them)."""
-    begin, deliver = scheduler_class._begin, scheduler_class._deliver
-
-    @functools.wraps(begin)
-    def _begin(self, jobs):
-        started = time.perf_counter()
-        try:
-            return begin(self, jobs)
-        finally:
-            first = sum(job.first for job in jobs)
-            EVENTS.append(("tick.begin", started, time.perf_counter(), f"{len(jobs)} chunks, {first} first"))
-
-    @functools.wraps(deliver)
-    def _deliver(self, tick):
-        started = time.perf_counter()
-        try:
-            return deliver(self, tick)
-        finally:
-            EVENTS.append(("tick.deliver", started, time.perf_counter(), f"{len(tick.jobs)} chunks"))
-
-    scheduler_class._begin, scheduler_class._deliver = _begin, _deliver
-
-
 def instrument(backend: str) -> None:
     from studio.tts import chunk_scheduler, cosyvoice2, token2wav
     from studio.tts.flow.streaming import batched_encode, batched_solve, incremental, prompt_cache, solver
@@ -109,7 +85,14 @@ def instrument(backend: str) -> None:
     span(prompt_cache.PromptFlowCache, "store", "flow.prompt_cache.store")
     span(solver.EstimatorSolver, "solve", "flow.solve")  # STUDIO_FLOW_SCHEDULER=0: each take's own
     span(solver.EstimatorSolver, "solve_many", "flow.solve_many")  # the chunk scheduler's tick
-    tick_stamps(chunk_scheduler.ChunkScheduler)
+    scheduler = chunk_scheduler.ChunkScheduler  # each tick's encoders begun and its audio delivered
+    span(
+        scheduler,
+        "_begin",
+        "tick.begin",
+        lambda _, jobs: f"{len(jobs)} chunks, {sum(j.first for j in jobs)} first",
+    )
+    span(scheduler, "_deliver", "tick.deliver", lambda _, tick: f"{len(tick.jobs)} chunks")
     # host copies of a tick: any that waits for the GPU's queued work stalls the scheduler's thread
     span(chunk_scheduler, "to_host_async", "copy.speech_to_host")
     span(batched_encode, "to_device", "copy.encoder_inputs")
