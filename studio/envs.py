@@ -156,6 +156,12 @@ RAS_GRAPHS = _define(
 CUDA_GRAPHS = _define(
     "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
 )
+ENCODER_GRAPHS = _define(
+    "STUDIO_FLOW_ENCODER_GRAPHS",
+    "1",
+    "with CUDA graphs: the streaming flow encoder's batches too, padded to buckets (0: eager encoder)",
+    speed=True,
+)
 PROMPT_FEATURES_CACHE = _define(
     "STUDIO_PROMPT_FEATURES_CACHE",
     "32",

@@ -382,6 +382,17 @@ S41)  # same warm machine: every level with the final code
 S42)  # same warm machine: the 24 GiB budget at 16 and 32 streams
   budget_bench stop20-vram-budget-24 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S43)  # stop 20, second machine, after the five part-copy calls: install, the flow encoder's graphs checked
+      # against eager and timed, then every level with them (and the LM's request sent before the flow's setup)
+  install
+  timeout 150 python3 scripts/gpu/encoder_graphs_check.py --model /tmp/full --json "$out/encoder-graphs-check.json" \
+    2>&1 | grep -E "PASS|FAIL|Error" | cut -c1-260
+  budget_bench stop20-encoder-graphs-levels 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
+S44)  # same warm machine: the same code with the encoder eager (A/B), 1 and 16 streams; then the starts
+  STUDIO_FLOW_ENCODER_GRAPHS=0 budget_bench stop20-encoder-eager-c1-16 200 --warmup-rounds 2 --concurrency 1,16
+  cold_and_warm_starts stop20-start 150
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -321,24 +321,24 @@ class CosyVoice2:
     def _sentence_audio(
         self, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
     ) -> Iterator[dict]:
-        hift_generator = torch.Generator(device=self.model.device).manual_seed(seed)
-        stream = Token2WavStream(
-            flow=self.model.flow,
-            hift=self.model.hift,
-            prompt_token=prompt.flow_token,
-            prompt_feat=prompt.flow_feat,
-            embedding=prompt.embedding,
-            streaming=spec.stream,
-            speed=float(spec.speed),
-            generator=hift_generator,
-            fp16=self.fp16,
-            token_hop_len=self.token_hop_len,
-            first_hop=spec.first_hop_tokens,
-            cancel=cancel,
-        )
+        # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
         producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
-        used = 0
+        stream, used = None, 0
         try:
+            stream = Token2WavStream(
+                flow=self.model.flow,
+                hift=self.model.hift,
+                prompt_token=prompt.flow_token,
+                prompt_feat=prompt.flow_feat,
+                embedding=prompt.embedding,
+                streaming=spec.stream,
+                speed=float(spec.speed),
+                generator=torch.Generator(device=self.model.device).manual_seed(seed),
+                fp16=self.fp16,
+                token_hop_len=self.token_hop_len,
+                first_hop=spec.first_hop_tokens,
+                cancel=cancel,
+            )
             while spec.stream:
                 available = producer.wait_for(stream.tokens_needed())
                 if cancel.is_set():
@@ -359,15 +359,13 @@ class CosyVoice2:
             return
         finally:
             producer.close()
-            stream.close()
+            if stream is not None:
+                stream.close()
 
     @staticmethod
     def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:
-        return {
-            "tts_speech": speech.float().cpu(),
-            "_new_tokens": new_tokens,
-            "timings": {"llm": llm_seconds, "flow": times.flow, "hift": times.hift},
-        }
+        timings = {"llm": llm_seconds, "flow": times.flow, "hift": times.hift}
+        return {"tts_speech": speech.float().cpu(), "_new_tokens": new_tokens, "timings": timings}
 
     # -- request preparation ---------------------------------------------------------------------
     def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:

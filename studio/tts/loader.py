@@ -336,15 +336,17 @@ def load_spk2info(path: Path) -> dict:
 def attach_cuda_graphs(
     flow: torch.nn.Module | None, hift: torch.nn.Module | None, enabled: bool = True
 ) -> None:
-    """Replay the flow's estimator and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``).
+    """Replay the flow's estimator, its streaming encoder and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``).
 
     The models only hold the hook (``graphs``); the speed-ups live beside them and are attached here.
     """
     from studio.tts.flow.graphs import EstimatorGraphs
+    from studio.tts.flow.streaming.batched_encode import attach_encoder_graphs
     from studio.tts.hift.graphs import HiftGraphs
 
     if flow is not None:
         flow.decoder.graphs = EstimatorGraphs(flow.decoder.estimator) if enabled else None
+        attach_encoder_graphs(flow, enabled and envs.ENCODER_GRAPHS.enabled())
     if hift is not None:
         hift.graphs = HiftGraphs(hift) if enabled else None
 

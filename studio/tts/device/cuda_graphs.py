@@ -1,12 +1,20 @@
-"""Capturing one CUDA graph the way every graph of the runtime is captured (flow, streaming solve, HiFT)."""
+"""Capturing CUDA graphs the way every graph of the runtime is captured (flow encoder and solve, HiFT, RAS)."""
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -47,3 +55,113 @@ def capture_graph(
     with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"), context:
         output = run()
     return graph, output, pool
+
+
+def bucket_batch(size: int) -> int:
+    """Rows padded for graph reuse: 1, 2, 4, then multiples of 4 (a power of two padded 9 takes to 16)."""
+    return 1 << (size - 1).bit_length() if size <= 4 else 4 * math.ceil(size / 4)
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]  # static copies the graph reads
+    outputs: tuple[torch.Tensor, ...]  # what the graph writes (cloned before anyone else replays)
+
+
+class ShapeGraphs:
+    """CUDA graphs of one function of tensors, one per key (its shapes, dtype, precision), replayed for calls.
+
+    - The first `eager_first` calls of a key run eagerly: a shape seen once (a long prompt, an odd batch)
+      costs no capture; one that recurs is captured at its next call.
+    - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
+      safe because calls are serialised and outputs are cloned before the next replay.
+    - New weights (`fingerprint`: moved or cast) drop every graph.
+    - A capture that fails switches graphs off for good: calls run eagerly (logged once).
+
+    `run(inputs)` returns a tuple of tensors and must not read device values back to the host.
+    `capture` is `capture_graph`'s signature (injectable so the policy can be tested off CUDA).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]],
+        max_graphs: int = 16,
+        eager_first: int = 0,
+        capture=capture_graph,
+    ):
+        self.name = name
+        self.run = run
+        self.max_graphs = max_graphs
+        self.eager_first = eager_first
+        self.enabled = True
+        self.captures = 0
+        self._capture = capture
+        self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
+        self._seen: OrderedDict[tuple, int] = OrderedDict()  # eager calls per key not captured yet
+        self._lock = threading.Lock()
+        self._pool = None
+        self._fingerprint: tuple | None = None
+
+    def __call__(
+        self,
+        key: tuple,
+        fingerprint: tuple,
+        inputs: tuple[torch.Tensor, ...],
+        context: Callable[[], AbstractContextManager] | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """`run(inputs)`, replayed from the key's graph once it has one; `context()` is entered around the
+        warm-up and capture (e.g. `autocast_context`), as the caller is inside it when calling."""
+        if not self.enabled or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            return self.run(inputs)
+        with self._lock:
+            if fingerprint != self._fingerprint:
+                self.drop()
+                self._fingerprint = fingerprint
+            captured = self._graphs.get(key)
+            if captured is None:
+                seen = self._seen.pop(key, 0)
+                if seen < self.eager_first:
+                    self._seen[key] = seen + 1
+                    while len(self._seen) > 8 * self.max_graphs:
+                        self._seen.popitem(last=False)
+                    return self.run(inputs)
+                captured = self._new_graph(key, inputs, context)
+                if captured is None:
+                    return self.run(inputs)
+            self._graphs.move_to_end(key)
+            for static, value in zip(captured.inputs, inputs, strict=True):
+                static.copy_(value)
+            captured.graph.replay()
+            return tuple(tensor.clone() for tensor in captured.outputs)
+
+    def drop(self) -> None:
+        """Forget every graph (a pool whose graphs are all gone cannot take a new capture: a new one)."""
+        self._graphs.clear()
+        self._seen.clear()
+        self._pool = None
+
+    def _new_graph(self, key: tuple, inputs: tuple[torch.Tensor, ...], context) -> _Captured | None:
+        static = tuple(tensor.clone() for tensor in inputs)
+        started = time.monotonic()
+        try:
+            graph, outputs, self._pool = self._capture(
+                lambda: self.run(static), static[0].device, self._pool, context() if context else None
+            )
+        except Exception:  # noqa: BLE001 - a bug in `run` raises again from the eager call that follows
+            log.warning(
+                "%s: CUDA-graph capture failed; it runs eagerly from now on", self.name, exc_info=True
+            )
+            self.enabled = False
+            self.drop()
+            return None
+        captured = self._graphs[key] = _Captured(graph, static, tuple(outputs))
+        self.captures += 1
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+        log.info(
+            "%s: CUDA graph captured for %s in %.3f s (%d kept)",
+            self.name, key, time.monotonic() - started, len(self._graphs),
+        )  # fmt: skip
+        return captured

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from studio import envs
-from studio.tts.device.cuda_graphs import autocast_context, capture_graph
+from studio.tts.device.cuda_graphs import autocast_context, bucket_batch, capture_graph
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -70,11 +70,6 @@ class SolveRequest:
 def _bucket_frames(frames: int) -> int:
     """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
     return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
-
-
-def _bucket_batch(size: int) -> int:
-    """Takes padded for graph reuse: 1, 2, 4, then multiples of 4 (a power of two padded 9 takes to 16)."""
-    return 1 << (size - 1).bit_length() if size <= 4 else 4 * math.ceil(size / 4)
 
 
 def _env_number(var: envs.EnvVar, default: float) -> float:
@@ -245,7 +240,7 @@ class EstimatorSolver:
             frames = max(r.frames for r in chosen)
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
-                frames, rows = _bucket_frames(frames), _bucket_batch(count)
+                frames, rows = _bucket_frames(frames), bucket_batch(count)
             needed = max(r.frame0 for r in chosen) + frames
             cap, arena_rows = needed, rows
             if self.buckets:

@@ -1,0 +1,128 @@
+"""CUDA-graph replay of the batched flow encoder, and the graph cache policy behind it (`ShapeGraphs`).
+
+Graphs need CUDA; here a stand-in capture re-runs the function into the captured outputs, which is what a
+replay does, so what is tested is ours: the padding a graphed batch runs at (rows and width bucketed) keeps
+every valid frame, and the cache captures what recurs, keeps a bounded number, drops graphs of old weights
+and falls back to eager calls when a capture fails. scripts/gpu/flow_solver_check.py checks real replays
+against eager calls on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from studio.tts.device.cuda_graphs import ShapeGraphs
+from studio.tts.flow.streaming import batched_encode
+from studio.tts.flow.streaming.batched_encode import Prefix, attach_encoder_graphs, encode_prefixes
+from tests.tts.test_batched_encode import TOLERANCE, alone
+from tests.tts.test_incremental_flow import modules, relative_error, speech_tokens  # noqa: F401
+
+
+class Replay:
+    """Stands in for a captured CUDA graph: `replay` runs the function again into the captured outputs."""
+
+    def __init__(self, run, outputs):
+        self.run, self.outputs = run, outputs
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        for kept, new in zip(self.outputs, self.run(), strict=True):
+            kept.copy_(new)
+
+
+def replaying_capture(run, device, pool, context=None, warmup=1):
+    outputs = run()
+    return Replay(run, outputs), outputs, pool
+
+
+@pytest.fixture
+def graphed(modules):  # noqa: F811
+    flow, _ = modules
+    attach_encoder_graphs(flow, capture=replaying_capture)
+    yield flow
+    attach_encoder_graphs(flow, enabled=False)
+
+
+@torch.inference_mode()
+def test_graphed_batches_pad_rows_and_width_and_keep_every_frame(graphed):
+    flow = graphed
+    prefixes = [
+        Prefix(speech_tokens(31, seed=1), 28),
+        Prefix(speech_tokens(56, seed=3), 53),
+        Prefix(speech_tokens(5, seed=4), 2),
+    ]
+    starts = [0, 25, 0]
+    rows, width = batched_encode._padded(3, 56, True)
+    assert (rows, width) == (4, 64)  # a fourth row (the first repeated) and eight padded tokens
+    for call in range(3):  # eager at the padded shape, captured, replayed
+        got = encode_prefixes(flow, prefixes, starts)
+        for prefix, start, mu in zip(prefixes, starts, got, strict=True):
+            expected = alone(flow, prefix, start)
+            assert mu.shape == expected.shape
+            assert relative_error(mu, expected) <= TOLERANCE, call
+    assert flow.encoder_graphs.captures == 1
+    # other prefixes of the same bucket replay the same graph
+    others = [Prefix(speech_tokens(40, seed=5), 37), Prefix(speech_tokens(60, seed=6), 60)]
+    for prefix, mu in zip(others, encode_prefixes(flow, others, [0, 0]), strict=True):
+        assert relative_error(mu, alone(flow, prefix, 0)) <= TOLERANCE
+    assert flow.encoder_graphs.captures == 1
+
+
+def doubled(inputs):
+    (x,) = inputs
+    return (x * 2,)
+
+
+def test_shapes_seen_once_run_eagerly_and_recurring_ones_are_captured_then_replayed():
+    captured = []
+
+    def capture(run, device, pool, context=None, warmup=1):
+        graph, outputs, pool = replaying_capture(run, device, pool)
+        captured.append(graph)
+        return graph, outputs, pool
+
+    graphs = ShapeGraphs("test", doubled, max_graphs=4, eager_first=1, capture=capture)
+    x = torch.arange(3.0)
+    assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
+    assert not captured  # first sight: eager
+    assert torch.equal(graphs(("a",), (1,), (x + 1,))[0], (x + 1) * 2)
+    assert len(captured) == 1 and graphs.captures == 1
+    out = graphs(("a",), (1,), (x + 5,))[0]
+    assert torch.equal(out, (x + 5) * 2) and captured[0].replays == 2
+    out.zero_()  # a caller's result is its own: the next replay's output is not it
+    assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
+
+
+def test_at_most_max_graphs_are_kept_and_new_weights_drop_them_all():
+    graphs = ShapeGraphs("test", doubled, max_graphs=2, capture=replaying_capture)
+    x = torch.ones(2)
+    for key in ("a", "b", "c"):
+        graphs((key,), (1,), (x,))
+    assert list(graphs._graphs) == [("b",), ("c",)]  # the least recently used went
+    graphs(("b",), (1,), (x,))
+    graphs(("d",), (1,), (x,))
+    assert list(graphs._graphs) == [("b",), ("d",)]
+    graphs(("b",), (2,), (x,))  # moved or cast weights
+    assert list(graphs._graphs) == [("b",)] and graphs.captures == 5
+
+
+def test_a_failed_capture_switches_graphs_off_and_calls_still_get_their_result():
+    def failing(run, device, pool, context=None, warmup=1):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graphs = ShapeGraphs("test", doubled, capture=failing)
+    x = torch.arange(4.0)
+    assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
+    assert not graphs.enabled
+    assert torch.equal(graphs(("b",), (1,), (x,))[0], x * 2)
+
+
+def test_a_bug_in_the_function_is_raised_not_hidden():
+    def broken(inputs):
+        raise ValueError("shapes do not match")
+
+    graphs = ShapeGraphs("test", broken, capture=replaying_capture)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        graphs(("a",), (1,), (torch.ones(1),))
