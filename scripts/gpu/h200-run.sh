@@ -393,6 +393,18 @@ S44)  # same warm machine: the same code with the encoder eager (A/B), 1 and 16 
   STUDIO_FLOW_ENCODER_GRAPHS=0 budget_bench stop20-encoder-eager-c1-16 200 --warmup-rounds 2 --concurrency 1,16
   cold_and_warm_starts stop20-start 150
   ;;
+S45)  # stop 20, third machine: install, graphs against eager (a shape now runs eagerly once, then is captured
+      # without a warm-up pass), then every level
+  install
+  timeout 150 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --dtypes float16 --streams 1,16 \
+    --solvers graphs --json "$out/flow-solver-check.json" 2>&1 | grep -E "PASS|FAIL|info|one take" | cut -c1-200
+  budget_bench stop20-eager-first-levels 330 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  grep -E "captured|failed" "$out/bench-stop20-eager-first-levels.log" | cut -c1-200 | tail -12
+  ;;
+S46)  # same warm machine: the starts (cold, then warm), then the encoder eager at 1 and 16 streams (A/B)
+  cold_and_warm_starts stop20-start 150
+  STUDIO_FLOW_ENCODER_GRAPHS=0 budget_bench stop20-encoder-eager-c1-16 200 --warmup-rounds 2 --concurrency 1,16
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

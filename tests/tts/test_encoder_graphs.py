@@ -78,9 +78,12 @@ def doubled(inputs):
 def test_shapes_seen_once_run_eagerly_and_recurring_ones_are_captured_then_replayed():
     captured = []
 
+    warmups = []
+
     def capture(run, device, pool, context=None, warmup=1):
         graph, outputs, pool = replaying_capture(run, device, pool)
         captured.append(graph)
+        warmups.append(warmup)
         return graph, outputs, pool
 
     graphs = ShapeGraphs("test", doubled, max_graphs=4, eager_first=1, capture=capture)
@@ -89,6 +92,7 @@ def test_shapes_seen_once_run_eagerly_and_recurring_ones_are_captured_then_repla
     assert not captured  # first sight: eager
     assert torch.equal(graphs(("a",), (1,), (x + 1,))[0], (x + 1) * 2)
     assert len(captured) == 1 and graphs.captures == 1
+    assert warmups == [0]  # the eager call made the shape's lazy state: no warm-up pass before capturing
     out = graphs(("a",), (1,), (x + 5,))[0]
     assert torch.equal(out, (x + 5) * 2) and captured[0].replays == 2
     out.zero_()  # a caller's result is its own: the next replay's output is not it

@@ -73,7 +73,7 @@ class ShapeGraphs:
     """CUDA graphs of one function of tensors, one per key (its shapes, dtype, precision), replayed for calls.
 
     - The first `eager_first` calls of a key run eagerly: a shape seen once (a long prompt, an odd batch)
-      costs no capture; one that recurs is captured at its next call.
+      costs no capture; one that recurs is captured at its next call, without a warm-up pass.
     - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
       safe because calls are serialised and outputs are cloned before the next replay.
     - New weights (`fingerprint`: moved or cast) drop every graph.
@@ -127,7 +127,7 @@ class ShapeGraphs:
                     while len(self._seen) > 8 * self.max_graphs:
                         self._seen.popitem(last=False)
                     return self.run(inputs)
-                captured = self._new_graph(key, inputs, context)
+                captured = self._new_graph(key, inputs, context, warmup=0 if seen else 1)
                 if captured is None:
                     return self.run(inputs)
             self._graphs.move_to_end(key)
@@ -142,12 +142,16 @@ class ShapeGraphs:
         self._seen.clear()
         self._pool = None
 
-    def _new_graph(self, key: tuple, inputs: tuple[torch.Tensor, ...], context) -> _Captured | None:
+    def _new_graph(
+        self, key: tuple, inputs: tuple[torch.Tensor, ...], context, warmup: int
+    ) -> _Captured | None:
+        """Capture `run` for `key`; without a warm-up pass when the key ran eagerly before (its lazy state,
+        such as kernel choices, is made)."""
         static = tuple(tensor.clone() for tensor in inputs)
         started = time.monotonic()
         try:
             graph, outputs, self._pool = self._capture(
-                lambda: self.run(static), static[0].device, self._pool, context() if context else None
+                lambda: self.run(static), static[0].device, self._pool, context() if context else None, warmup
             )
         except Exception:  # noqa: BLE001 - a bug in `run` raises again from the eager call that follows
             log.warning(

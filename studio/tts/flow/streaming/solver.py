@@ -41,6 +41,9 @@ from studio.tts.flow.streaming.batched_solve import (
 
 log = logging.getLogger(__name__)
 
+# A batch shape runs eagerly this many times before it is captured: a capture cost 0.8-1.6 s on the H200 (with
+# its warm-up pass), an eager solve ~0.2 s, and shapes seen once (a tail chunk's odd length) are common
+EAGER_FIRST = 1
 # Takes per solve: on the H200 at 64 streams 32 gave 43.5 audio-s/s against 38.6 for 16 (benchmarks/README.md)
 DEFAULT_MAX_BATCH = 32
 
@@ -120,6 +123,7 @@ class EstimatorSolver:
         self._condition = threading.Condition()
         self._arena: WorkArena | None = None
         self._captured: dict[tuple, _Captured] = {}
+        self._eager_runs: dict[tuple, int] = {}  # shapes not captured yet: eager solves so far
         self._pool = None
         self._fingerprint: tuple | None = None
         self.captures = 0  # CUDA graphs captured (each costs about one eager pass plus the capture)
@@ -322,6 +326,7 @@ class EstimatorSolver:
 
     def _drop_graphs(self) -> None:
         self._captured.clear()
+        self._eager_runs.clear()
         self._pool = None  # a pool whose graphs are all gone cannot take a new capture
 
     def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
@@ -359,7 +364,8 @@ class EstimatorSolver:
             state.mark_tails = None if request.mark is None else arena.mark_tails[:, rows].clone()
             request.result = output[b : b + 1, :, : request.frames].clone()
 
-    def _replay(self, batch: _Batch, arena: WorkArena, io: SolveInputs) -> torch.Tensor:
+    def _replay(self, batch: _Batch, arena: WorkArena, io: SolveInputs) -> torch.Tensor | None:
+        """The batch's graph replayed (captured if its shape recurs); None: solve it eagerly this time."""
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
         if fingerprint != self._fingerprint:
@@ -370,8 +376,16 @@ class EstimatorSolver:
         key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
         captured = self._captured.get(key)
         if captured is None:
+            eager = self._eager_runs.get(key, 0)
+            if eager < EAGER_FIRST:
+                self._eager_runs[key] = eager + 1
+                return None
             started = time.monotonic()
-            captured = self._captured[key] = self._capture(arena, io, autocast_dtype)
+            # a shape solved eagerly before has made its lazy state (kernel choices, fused weights): no warm-up
+            captured = self._captured[key] = self._capture(
+                arena, io, autocast_dtype, warmup=0 if eager else 1
+            )
+            self._eager_runs.pop(key, None)
             self.captures += 1
             log.info(
                 "flow: CUDA graph captured for %d takes x %d frames over %d context frames in %.2f s (%d kept)",
@@ -379,11 +393,11 @@ class EstimatorSolver:
             )  # fmt: skip
         for name in SolveInputs.__dataclass_fields__:
             getattr(captured.io, name).copy_(getattr(io, name))
-        self._copy_in(batch, arena)  # after any capture: its warm-up pass wrote into the arena
+        self._copy_in(batch, arena)  # after any capture: a warm-up pass writes into the arena
         captured.graph.replay()
         return captured.output
 
-    def _capture(self, arena: WorkArena, io: SolveInputs, autocast_dtype) -> _Captured:
+    def _capture(self, arena: WorkArena, io: SolveInputs, autocast_dtype, warmup: int) -> _Captured:
         static = SolveInputs(**{name: getattr(io, name).clone() for name in SolveInputs.__dataclass_fields__})
         rate = self.cfm.inference_cfg_rate
         graph, output, self._pool = capture_graph(
@@ -391,6 +405,7 @@ class EstimatorSolver:
             static.x0.device,
             self._pool,
             autocast_context(autocast_dtype),
+            warmup,
         )
         return _Captured(graph, static, output)
 
