@@ -405,6 +405,11 @@ S46)  # same warm machine: the starts (cold, then warm), then the encoder eager 
   cold_and_warm_starts stop20-start 150
   STUDIO_FLOW_ENCODER_GRAPHS=0 budget_bench stop20-encoder-eager-c1-16 200 --warmup-rounds 2 --concurrency 1,16
   ;;
+S47)  # stop 20, last machine: install, then every level (HiFT's shapes also run eagerly once; every graph
+      # capture counted: solver, encoder, HiFT)
+  install
+  budget_bench stop20-final-levels 240 --warmup-rounds 2 --concurrency 1,4,16,32,64
+  ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),
      # then the default budget at every level, and 1 and 16 streams again with the first chunk after 10 tokens
   install

@@ -187,8 +187,19 @@ def flow_counters(loaded) -> dict[str, int]:
     from studio.tts.chunk_scheduler import scheduler_stats
     from studio.tts.flow.streaming.solver import solver_stats
 
-    flow = getattr(getattr(loaded.model, "model", None), "flow", None)
-    return {**solver_stats(flow), **scheduler_stats(flow)} if flow is not None else {}
+    parts = getattr(loaded.model, "model", None)
+    flow = getattr(parts, "flow", None)
+    if flow is None:
+        return {}
+    encoder, hift = (
+        getattr(flow, "encoder_graphs", None),
+        getattr(getattr(parts, "hift", None), "graphs", None),
+    )
+    captures = {  # the encoder's and HiFT's CUDA graphs (the solver's are `captures`)
+        "encoder_captures": 0 if encoder is None else encoder.captures,
+        "hift_captures": 0 if hift is None else hift.captures,
+    }
+    return {**solver_stats(flow), **scheduler_stats(flow), **captures}
 
 
 def gate_counters(loaded) -> dict:
@@ -343,6 +354,7 @@ def print_level(backend: str, level: dict) -> None:
     solver = level.get("flow_solver") or {}
     if solver.get("batches"):
         first += f"  flow batch {solver['requests'] / solver['batches']:.1f}, captures {solver['captures']}"
+        first += f" (encoder {solver.get('encoder_captures', 0)}, HiFT {solver.get('hift_captures', 0)})"
     if solver.get("ticks"):  # the chunk scheduler: busy launching (host-bound) or waiting for the GPU?
         first += (
             f"  scheduler host {solver['scheduler_host_s']:.1f} s, GPU wait {solver['scheduler_gpu_wait_s']:.1f} s,"
