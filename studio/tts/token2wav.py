@@ -19,6 +19,7 @@ It starts from the prompt's cached flow state when an earlier request used the s
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -31,10 +32,13 @@ from torch.nn import functional as F
 
 from studio import envs
 from studio.tts.chunk_scheduler import scheduler_for
+from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
+
+log = logging.getLogger(__name__)
 
 TOKEN_HOP_LEN = 25
 # Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
@@ -293,16 +297,53 @@ class Token2WavStream:
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
         """HiFT on the chunk's mel with the take's cache and cross-fade: speech [1, N] float32, on the device."""
-        if self._cache is not None:
-            mel = torch.cat([self._cache.mel, mel], dim=2)
-            cache_source = self._cache.source
-        else:
-            cache_source = torch.zeros(1, 1, 0, device=mel.device)
+        mel, cache_source = self._hift_inputs(mel)
         if mel.shape[2] == 0:
             return torch.zeros(1, 0, device=mel.device)
         speech, source = self.hift.inference(
             speech_feat=mel, cache_source=cache_source, generator=self.generator
         )
+        return self._vocoded(mel, speech, source, finalize)
+
+    @staticmethod
+    @torch.inference_mode()
+    def vocode_many(
+        chunks: list[tuple[Token2WavStream, torch.Tensor, bool]],
+    ) -> list[torch.Tensor | Exception]:
+        """`vocode` of several takes' chunks (stream, mel, finalize): those of one HiFT whose inputs have one
+        shape (first chunks of one voice, steady chunks) run as one batch (`_vocode_batch`). Each chunk gets
+        its speech or its own error (a batch that fails runs again chunk by chunk)."""
+        out: list[torch.Tensor | Exception | None] = [None] * len(chunks)
+        inputs = [stream._hift_inputs(mel) for stream, mel, _ in chunks]
+        groups: dict[tuple, list[int]] = {}
+        for i, ((stream, _, _), (mel, source)) in enumerate(zip(chunks, inputs, strict=True)):
+            key = (id(stream.hift), mel.device, mel.dtype, mel.shape[2], source.shape[2])
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            if len(members) > 1 and inputs[members[0]][0].shape[2] > 0:
+                try:
+                    _vocode_batch(chunks, inputs, members, out)
+                    continue
+                except Exception:  # noqa: BLE001 - chunk by chunk below, each gets its own result
+                    log.warning("HiFT: a batch of %d chunks failed; one by one", len(members), exc_info=True)
+            for i in (i for i in members if out[i] is None):
+                stream, mel, finalize = chunks[i]
+                try:
+                    out[i] = stream.vocode(mel, finalize)
+                except Exception as exc:  # noqa: BLE001 - this chunk's take gets it
+                    out[i] = exc
+        return out
+
+    def _hift_inputs(self, mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """HiFT's input: the chunk's mel after the take's cached mel, and the cached source tail."""
+        if self._cache is None:
+            return mel, torch.zeros(1, 1, 0, device=mel.device)
+        return torch.cat([self._cache.mel, mel], dim=2), self._cache.source
+
+    def _vocoded(
+        self, mel: torch.Tensor, speech: torch.Tensor, source: torch.Tensor, finalize: bool
+    ) -> torch.Tensor:
+        """HiFT's output cross-faded with the take's cached tail; the cache kept for the next chunk."""
         speech = speech.float()
         if self._cache is not None:
             speech = _cross_fade(speech, self._cache.speech, self.window)
@@ -314,6 +355,21 @@ class Token2WavStream:
             )
             speech = speech[:, :-SOURCE_CACHE_LEN]
         return speech.contiguous()
+
+
+def _vocode_batch(chunks: list, inputs: list, members: list[int], out: list) -> None:
+    """HiFT once for the chunks `members` (inputs of one shape), padded to `bucket_batch` rows for graph
+    reuse (padded rows repeat the first); each chunk's speech into `out`."""
+    rows = bucket_batch(len(members))
+    padded = members + [members[0]] * (rows - len(members))
+    speech, source = chunks[members[0]][0].hift.inference_rows(
+        torch.cat([inputs[i][0] for i in padded]),
+        torch.cat([inputs[i][1] for i in padded]),
+        [chunks[i][0].generator for i in members],
+    )
+    for row, i in enumerate(members):  # a chunk's result is set as its take's cache moves on
+        stream, _, finalize = chunks[i]
+        out[i] = stream._vocoded(inputs[i][0], speech[row : row + 1], source[row : row + 1], finalize)
 
 
 def warm_prompt_cache(

@@ -20,7 +20,7 @@ from studio.tts.hift.source import SourceNoise, draw_source_noise
 class HiftGraphs:
     """`inference` with HiFT's signature that replays captured graphs, at most `max_graphs` kept (LRU)."""
 
-    def __init__(self, hift: nn.Module, max_graphs: int = 16):
+    def __init__(self, hift: nn.Module, max_graphs: int = 32):
         self.hift = hift
         # eager first: a last chunk's length is seldom seen twice, and its capture cost 0.13-0.38 s on the H200
         self._graphs = ShapeGraphs("HiFT", self._run, max_graphs=max_graphs, eager_first=1)
@@ -45,11 +45,20 @@ class HiftGraphs:
         samples = frames * int(hift.upsample_scale)
         harmonics = hift.m_source.l_linear.in_features
         noise = draw_source_noise(batch, samples, harmonics, speech_feat.device, generator)
+        return self.vocode(speech_feat, cache_source, noise)
+
+    def vocode(
+        self, speech_feat: torch.Tensor, cache_source: torch.Tensor | None, noise: SourceNoise
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`inference` with its draws made (`noise`), replayed from the shape's graph."""
+        batch = speech_feat.shape[0]
         if cache_source is None:
             cache_source = speech_feat.new_zeros(batch, 1, 0, dtype=torch.float32)
-        weights = next(hift.parameters())
+        weights = next(self.hift.parameters())
         inputs = (speech_feat, cache_source, noise.phase, noise.sine, noise.unused)
-        key = (speech_feat.device, batch, frames, cache_source.shape[2], speech_feat.dtype, weights.dtype)
+        key = (
+            speech_feat.device, batch, speech_feat.shape[2], cache_source.shape[2], speech_feat.dtype, weights.dtype
+        )  # fmt: skip
         speech, source = self._graphs(key, (weights.data_ptr(), weights.dtype), inputs)
         return speech, source
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from studio.tts.hift.source import SourceModuleHnNSF2, SourceNoise
+from studio.tts.hift.source import SourceModuleHnNSF2, SourceNoise, draw_source_noise
 
 
 def get_padding(kernel_size: int, dilation: int = 1) -> int:
@@ -240,6 +240,29 @@ class HiFTGenerator(nn.Module):
         if graphs is not None and speech_feat.is_cuda:
             return graphs.inference(speech_feat, cache_source, generator)
         return self.vocode_eager(speech_feat, cache_source, generator)
+
+    @torch.inference_mode()
+    def inference_rows(
+        self,
+        speech_feat: torch.Tensor,
+        cache_source: torch.Tensor,
+        generators: list[torch.Generator | None],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`inference` of B independent chunks at once, each drawing from its own generator: row i equals
+        `inference` of row i alone with `generators[i]` up to float rounding (other kernels for another
+        batch size; eagerly, the inverse STFT computed by hand). cache_source [B, 1, S]; rows past
+        `generators` are padding (they repeat the first row's draws)."""
+        samples = speech_feat.shape[2] * int(self.upsample_scale)
+        harmonics = self.m_source.l_linear.in_features
+        draws = [draw_source_noise(1, samples, harmonics, speech_feat.device, g) for g in generators]
+        draws += draws[:1] * (speech_feat.shape[0] - len(draws))  # rows beyond the generators: padding
+        noise = SourceNoise(
+            *(torch.cat([getattr(d, name) for d in draws]) for name in ("phase", "sine", "unused"))
+        )
+        graphs = self.graphs
+        if graphs is not None and speech_feat.is_cuda:
+            return graphs.vocode(speech_feat, cache_source, noise)
+        return self.vocode_eager(speech_feat, cache_source, None, noise)
 
     def vocode_eager(
         self,

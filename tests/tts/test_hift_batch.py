@@ -1,0 +1,72 @@
+"""HiFT of several takes' chunks in one batch (`Token2WavStream.vocode_many`, the chunk scheduler's path) gives
+each take what its own `vocode` gives: its own random draws, cached mel and source, and cross-fade.
+
+Real (small) HiFT; two copies of each take's stream, one vocoded alone and one in the batch, chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from studio.tts.token2wav import Token2WavStream
+from tests.tts.test_chunk_scheduler import make_stream
+from tests.tts.test_incremental_flow import modules, relative_error  # noqa: F401
+
+TOLERANCE = 1e-5  # float rounding: other kernels for another batch size, the inverse STFT by hand
+
+
+def stream(flow, hift, seed: int) -> Token2WavStream:
+    return make_stream(flow, hift, 20, seed, scheduled=False)
+
+
+def mel(frames: int, seed: int) -> torch.Tensor:
+    return torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(seed)) - 5
+
+
+@torch.inference_mode()
+def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeypatch):  # noqa: F811
+    flow, hift = modules
+    seeds = (1, 2, 3, 4)
+    alone = [stream(flow, hift, seed) for seed in seeds]
+    together = [stream(flow, hift, seed) for seed in seeds]
+    batches = []
+    rows = hift.inference_rows
+
+    def counting(speech_feat, cache_source, generators):
+        batches.append((speech_feat.shape[0], len(generators)))
+        return rows(speech_feat, cache_source, generators)
+
+    monkeypatch.setattr(hift, "inference_rows", counting)
+    # three takes' chunks of one length go together (padded to four rows), the fourth's is longer: alone
+    for step, frames in enumerate((40, 30, 30)):
+        lengths = [frames, frames, frames, frames + 7]
+        mels = [mel(n, 10 * step + k) for k, n in enumerate(lengths)]
+        finalize = step == 2
+        expected = [s.vocode(m, finalize) for s, m in zip(alone, mels, strict=True)]
+        got = Token2WavStream.vocode_many([(s, m, finalize) for s, m in zip(together, mels, strict=True)])
+        for ours, theirs in zip(got, expected, strict=True):
+            assert relative_error(ours, theirs) < TOLERANCE
+    assert batches == [(4, 3)] * 3
+    # the draws were each take's own: another seed gives another waveform
+    other = stream(flow, hift, 99)
+    first = mel(40, 0)
+    assert relative_error(other.vocode(first, False), stream(flow, hift, 1).vocode(first, False)) > 1e-3
+
+
+@torch.inference_mode()
+def test_a_failed_batch_runs_again_chunk_by_chunk_and_only_the_culprit_fails(modules, monkeypatch):  # noqa: F811
+    flow, hift = modules
+
+    def failing(*args):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(hift, "inference_rows", failing)
+    takes = [stream(flow, hift, seed) for seed in (1, 2, 3)]
+    reference = [stream(flow, hift, seed) for seed in (1, 2, 3)]
+    mels = [mel(40, 1), mel(40, 2), torch.full((1, 80, 40), float("nan"))]
+    broken = takes[2]
+    monkeypatch.setattr(broken, "vocode", lambda mel, finalize: (_ for _ in ()).throw(ValueError("bad mel")))
+    got = Token2WavStream.vocode_many([(s, m, False) for s, m in zip(takes, mels, strict=True)])
+    for i in range(2):
+        assert relative_error(got[i], reference[i].vocode(mels[i], False)) < TOLERANCE
+    assert isinstance(got[2], ValueError)
