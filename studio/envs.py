@@ -141,6 +141,13 @@ FLOW_GATHER_MS = _define(
     "started with them, so that takes started together share one tick (0: never waits)",
     speed=True,
 )
+HIFT_BATCH_FRAMES = _define(
+    "STUDIO_HIFT_BATCH_FRAMES",
+    "2048",
+    "scheduled streaming: HiFT runs the chunks of one tick and shape as one batch of at most this many mel "
+    "frames (0: each chunk alone)",
+    speed=True,
+)
 VLLM_COMPILE = _define(
     "STUDIO_VLLM_COMPILE",
     "1",

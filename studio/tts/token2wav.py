@@ -40,6 +40,9 @@ from studio.tts.flow.streaming.solver import solver_for
 
 log = logging.getLogger(__name__)
 
+# Mel frames of one batched HiFT call (`Token2WavStream.vocode_many`, `STUDIO_HIFT_BATCH_FRAMES`): ~150 KB of
+# activations a frame, so ~0.3 GB at most, outside the VRAM budget's plan; 16 first chunks of ~100 frames fit
+HIFT_BATCH_FRAMES = 2048
 TOKEN_HOP_LEN = 25
 # Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
 # are larger, so a take makes fewer flow and HiFT calls, each on more frames (a step costs about the same).
@@ -311,7 +314,8 @@ class Token2WavStream:
         chunks: list[tuple[Token2WavStream, torch.Tensor, bool]],
     ) -> list[torch.Tensor | Exception]:
         """`vocode` of several takes' chunks (stream, mel, finalize): those of one HiFT whose inputs have one
-        shape (first chunks of one voice, steady chunks) run as one batch (`_vocode_batch`). Each chunk gets
+        shape (first chunks of one voice, steady chunks) run as one batch (`_vocode_batch`) of at most
+        `HIFT_BATCH_FRAMES` mel frames in all. Each chunk gets
         its speech or its own error (a batch that fails runs again chunk by chunk)."""
         out: list[torch.Tensor | Exception | None] = [None] * len(chunks)
         inputs = [stream._hift_inputs(mel) for stream, mel, _ in chunks]
@@ -319,7 +323,13 @@ class Token2WavStream:
         for i, ((stream, _, _), (mel, source)) in enumerate(zip(chunks, inputs, strict=True)):
             key = (id(stream.hift), mel.device, mel.dtype, mel.shape[2], source.shape[2])
             groups.setdefault(key, []).append(i)
+        limit = envs.HIFT_BATCH_FRAMES.count()
+        limit = HIFT_BATCH_FRAMES if limit is None else limit
+        batches = []
         for members in groups.values():
+            per_batch = max(1, limit // max(1, inputs[members[0]][0].shape[2]))
+            batches += [members[i : i + per_batch] for i in range(0, len(members), per_batch)]
+        for members in batches:
             if len(members) > 1 and inputs[members[0]][0].shape[2] > 0:
                 try:
                     _vocode_batch(chunks, inputs, members, out)

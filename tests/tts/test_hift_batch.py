@@ -6,8 +6,10 @@ Real (small) HiFT; two copies of each take's stream, one vocoded alone and one i
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from studio.tts import token2wav
 from studio.tts.token2wav import Token2WavStream
 from tests.tts.test_chunk_scheduler import make_stream
 from tests.tts.test_incremental_flow import modules, relative_error  # noqa: F401
@@ -70,3 +72,34 @@ def test_a_failed_batch_runs_again_chunk_by_chunk_and_only_the_culprit_fails(mod
     for i in range(2):
         assert relative_error(got[i], reference[i].vocode(mels[i], False)) < TOLERANCE
     assert isinstance(got[2], ValueError)
+
+
+@torch.inference_mode()
+def test_batches_are_split_to_stay_within_their_frames(modules, monkeypatch):  # noqa: F811
+    flow, hift = modules
+    batches = []
+    rows = hift.inference_rows
+
+    def counting(speech_feat, cache_source, generators):
+        batches.append(len(generators))
+        return rows(speech_feat, cache_source, generators)
+
+    monkeypatch.setattr(hift, "inference_rows", counting)
+    monkeypatch.setattr(token2wav, "HIFT_BATCH_FRAMES", 100)  # two chunks of 40 frames at most
+    takes = [stream(flow, hift, seed) for seed in (1, 2, 3, 4, 5)]
+    reference = [stream(flow, hift, seed) for seed in (1, 2, 3, 4, 5)]
+    mels = [mel(40, seed) for seed in range(5)]
+    got = Token2WavStream.vocode_many([(s, m, False) for s, m in zip(takes, mels, strict=True)])
+    assert batches == [2, 2]  # and the fifth alone, through its own `vocode`
+    for ours, take, m in zip(got, reference, mels, strict=True):
+        assert relative_error(ours, take.vocode(m, False)) < TOLERANCE
+
+
+@torch.inference_mode()
+def test_a_limit_of_zero_vocodes_each_chunk_alone(modules, monkeypatch):  # noqa: F811
+    flow, hift = modules
+    monkeypatch.setenv("STUDIO_HIFT_BATCH_FRAMES", "0")
+    monkeypatch.setattr(hift, "inference_rows", lambda *args: pytest.fail("batched though switched off"))
+    takes = [stream(flow, hift, seed) for seed in (1, 2)]
+    got = Token2WavStream.vocode_many([(s, mel(40, 1), False) for s in takes])
+    assert all(isinstance(speech, torch.Tensor) and speech.shape[1] > 0 for speech in got)
