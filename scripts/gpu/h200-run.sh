@@ -415,10 +415,11 @@ S48)  # next stop's first machine, after the five part-copy calls: install, HiFT
   install
   timeout 150 python3 scripts/gpu/hift_batch_check.py --model /tmp/full --json "$out/hift-batch-check.json" \
     2>&1 | grep -E "PASS|FAIL|Error" | cut -c1-220
-  budget_bench stop21-hift-batch-levels 300 --warmup-rounds 3 --concurrency 1,4,16,32,64
+  budget_bench stop21-hift-batch-levels 300 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  grep -cE "captured" "$out/bench-stop21-hift-batch-levels.log"
   ;;
 S49)  # same warm machine: HiFT chunk by chunk (A/B) at 1 and 16 streams, then the 24 GiB budget
-  STUDIO_HIFT_BATCH_FRAMES=0 budget_bench stop21-hift-alone-c1-16 200 --warmup-rounds 3 --concurrency 1,16
+  STUDIO_HIFT_BATCH_FRAMES=0 budget_bench stop21-hift-alone-c1-16 200 --warmup-rounds 3 --concurrency 1,16 --log-graphs
   budget_bench stop21-vram-budget-24 200 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
 F1)  # stop 12, last session, after the four part-copy calls: install, the LM alone (greedy vs RAS, 1 stream),

@@ -87,6 +87,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--text", default=BENCH_TEXT)
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    parser.add_argument(
+        "--log-graphs",
+        action="store_true",
+        help="print each CUDA-graph capture and work-arena growth, with its time (where a take stalled)",
+    )
     from studio.commands.vllm_flags import add_vllm_arguments
 
     add_vllm_arguments(parser)
@@ -406,6 +411,21 @@ def print_side_by_side(backends: list[dict]) -> None:
         )
 
 
+GRAPH_LOGGERS = ("studio.tts.flow.streaming.solver", "studio.tts.device.cuda_graphs")
+
+
+def log_graphs() -> None:
+    """The solver's and the graph caches' INFO lines (captures, arena growth) on stderr, timed."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    for name in GRAPH_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+
+
 def run(args: argparse.Namespace) -> int:
     import platform
 
@@ -418,6 +438,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 1 or args.tokens < 1 or args.warmup_rounds < 0:
         print("error: --runs and --tokens must be positive, --warmup-rounds not negative", file=sys.stderr)
         return 2
+    if args.log_graphs:
+        log_graphs()
     import torch
 
     report = {

@@ -142,3 +142,20 @@ def test_bench_asks_the_gpu_its_name_only_after_the_engines_started(tmp_path, ti
     out = tmp_path / "bench.json"
     assert main(["bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--json", str(out)]) == 0
     assert order == ["pytorch", "cuda"] and json.loads(out.read_text())["cuda_device"] == "GPU"
+
+
+def test_bench_logs_the_flows_work_arena_and_counts_every_graph_cache(
+    tmp_path, tiny_model_dir, capsys, monkeypatch
+):
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")  # the scheduled flow, as on a GPU
+    report_path = tmp_path / "bench.json"
+    rc = main([
+        "bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--concurrency", "2",
+        "--runs", "1", "--tokens", "30", "--json", str(report_path), "--log-graphs",
+    ])  # fmt: skip
+    assert rc == 0
+    assert "flow: work arena for" in capsys.readouterr().err  # when a take would have stalled, and why
+    (level,) = json.loads(report_path.read_text())["backends"][0]["levels"]
+    counters = level["flow_solver"]
+    assert counters["jobs"] >= 2 and counters["captures"] == counters["encoder_captures"] == 0  # no GPU
+    assert counters["hift_captures"] == 0
