@@ -348,7 +348,10 @@ class ChunkScheduler:
             except Exception as exc:  # noqa: BLE001 - this chunk's take gets it
                 job.fail(exc)
         started = time.monotonic()  # HiFT of chunks of one shape in one batch (`vocode_many`)
-        vocoded = type(jobs[0].stream).vocode_many([(job.stream, mel, job.finalize) for job, mel in mels])
+        try:
+            vocoded = type(jobs[0].stream).vocode_many([(job.stream, mel, job.finalize) for job, mel in mels])
+        except Exception as exc:  # noqa: BLE001 - (it answers each chunk itself) the tick's takes get it
+            vocoded = [exc] * len(mels)
         seconds = (time.monotonic() - started) / max(1, len(mels))
         device = None
         for (job, _), speech in zip(mels, vocoded, strict=True):

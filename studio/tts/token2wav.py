@@ -40,8 +40,8 @@ from studio.tts.flow.streaming.solver import solver_for
 
 log = logging.getLogger(__name__)
 
-# Mel frames of one batched HiFT call (`Token2WavStream.vocode_many`, `STUDIO_HIFT_BATCH_FRAMES`): ~150 KB of
-# activations a frame, so ~0.3 GB at most, outside the VRAM budget's plan; 16 first chunks of ~100 frames fit
+# Mel frames of one batched HiFT call (`Token2WavStream.vocode_many`, `STUDIO_HIFT_BATCH_FRAMES`): an estimated
+# ~150 KB of activations a frame, ~0.3 GB at most, outside the VRAM budget's plan; 16 first chunks fit
 HIFT_BATCH_FRAMES = 2048
 TOKEN_HOP_LEN = 25
 # Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
@@ -315,8 +315,8 @@ class Token2WavStream:
     ) -> list[torch.Tensor | Exception]:
         """`vocode` of several takes' chunks (stream, mel, finalize): those of one HiFT whose inputs have one
         shape (first chunks of one voice, steady chunks) run as one batch (`_vocode_batch`) of at most
-        `HIFT_BATCH_FRAMES` mel frames in all. Each chunk gets
-        its speech or its own error (a batch that fails runs again chunk by chunk)."""
+        `HIFT_BATCH_FRAMES` mel frames in all. Each chunk gets its speech or its own error (a batch that
+        fails runs again chunk by chunk)."""
         out: list[torch.Tensor | Exception | None] = [None] * len(chunks)
         inputs = [stream._hift_inputs(mel) for stream, mel, _ in chunks]
         groups: dict[tuple, list[int]] = {}
