@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+from flow_solver_check import relative  # this script's folder is on sys.path when it runs
 
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
 from studio.tts.config import read_config
@@ -47,12 +48,6 @@ def timed(flow, batch: list[Prefix], rounds: int = 10) -> tuple[float, float, li
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - started)
     return 1e3 * statistics.median(walls), 1e3 * statistics.median(hosts), out
-
-
-def relative(ours: list, theirs: list) -> float:
-    return max(
-        float((a.double() - b.double()).norm() / b.double().norm()) for a, b in zip(ours, theirs, strict=True)
-    )
 
 
 @torch.inference_mode()
