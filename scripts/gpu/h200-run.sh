@@ -410,6 +410,21 @@ S47)  # stop 20, last machine: install, then every level (HiFT's shapes also run
   install
   budget_bench stop20-final-levels 240 --warmup-rounds 2 --concurrency 1,4,16,32,64
   ;;
+S50)  # stop 21, first machine, after the five part-copy calls: install, a cold start (the machine's first
+      # engine, stack-sampled: where a fresh machine's 60-73 s go), HiFT batched against chunk by chunk
+  install
+  timeout 200 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/stop21-start-cold.json" \
+    --sample "$out/stop21-start-cold" >"$out/stop21-start-cold.log" 2>&1
+  echo "== cold: rc $?"
+  grep -E "took|Graph capturing|Compiling|Dynamo|time_to_ready|load_seconds|\"at_s" "$out/stop21-start-cold.log" \
+    | cut -c1-200 | tail -25
+  timeout 150 python3 scripts/gpu/hift_batch_check.py --model /tmp/full --json "$out/hift-batch-check.json" \
+    2>&1 | grep -E "PASS|FAIL|Error" | cut -c1-220
+  ;;
+S51)  # same warm machine: every level with HiFT batched, every graph capture logged
+  budget_bench stop21-hift-batch-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  grep -cE "captured" "$out/bench-stop21-hift-batch-levels.log"
+  ;;
 S48)  # next stop's first machine, after the five part-copy calls: install, HiFT batched against chunk by chunk
       # (equal, timed), then every level with it (stop 20 ended before HiFT's batches could be measured)
   install

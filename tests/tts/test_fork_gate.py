@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from studio.tts.device.fork_gate import ForkGate, no_fork_coming
+from studio.tts.device.fork_gate import ForkGate
 
 
 def _fork_and_reap() -> None:
@@ -43,15 +43,3 @@ def test_an_unarmed_gate_is_open_and_a_waiting_thread_goes_on_at_the_fork():
     _fork_and_reap()
     waiter.join(10)
     assert waited == [True]
-
-
-def test_no_fork_coming_opens_only_the_gates_its_thread_armed():
-    mine = ForkGate()
-    theirs: list[ForkGate] = []
-    other = threading.Thread(target=lambda: theirs.append(ForkGate()))
-    other.start()
-    other.join()
-    no_fork_coming()
-    assert mine.is_open() and not mine.forked
-    assert not theirs[0].is_open()
-    theirs[0].open()

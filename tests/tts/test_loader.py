@@ -256,27 +256,6 @@ def test_a_fork_of_another_thread_does_not_let_the_weights_start(tiny_model_dir,
     assert seen["loads"] == [] and len(calls) == 1 and calls[0] >= seen["end"]
 
 
-def test_when_vllm_is_told_to_spawn_the_weights_load_during_its_start(tiny_model_dir, monkeypatch):
-    import time
-
-    from studio.tts.llm.vllm.backend import spawning
-    from studio.tts.loader import load_model_folder_beside
-
-    calls = _record_loads(monkeypatch)
-    seen = {}
-
-    def beside(_skeleton, _device):  # the first start on an export: vLLM spawns, nothing to wait for
-        with spawning():
-            deadline = time.monotonic() + 30
-            while not calls and time.monotonic() < deadline:
-                time.sleep(0.01)
-            seen["loads_during_start"] = list(calls)
-        return "backend"
-
-    load_model_folder_beside(tiny_model_dir, device="cpu", beside=beside, beside_forks=True)
-    assert len(seen["loads_during_start"]) == 1
-
-
 def test_without_its_backbone_the_lm_keeps_its_embeddings_and_head(tiny_model_dir):
     from studio.tts.loader import load_llm, read_folder_config
 

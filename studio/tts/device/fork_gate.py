@@ -4,9 +4,8 @@ vLLM starts its engine-core process by forking when this process has not initial
 spawning a fresh interpreter (which imports torch and vLLM again: ~20 s on the H200) when it has. So the
 studio starts vLLM first and loads its own weights meanwhile, on another thread that waits at a
 `ForkGate` until vLLM's process exists. The gate opens when the thread that armed it forks
-(``os.register_at_fork``; forks of other threads do not count), when that thread says no fork is coming
-(`no_fork_coming`: vLLM was told to spawn), or when `open()` is called (the start ended without forking,
-or failed). No torch here: the gate is plain threading.
+(``os.register_at_fork``; forks of other threads do not count), or when `open()` is called (the start
+ended without forking, or failed). No torch here: the gate is plain threading.
 """
 
 from __future__ import annotations
@@ -48,15 +47,6 @@ class ForkGate:
         if threading.get_ident() == self._thread and not self._opened.is_set():
             self.forked = True
             self.open()
-
-
-def no_fork_coming() -> None:
-    """Open the gates this thread armed: it will not fork (vLLM spawns), so the GPU may be used now."""
-    me = threading.get_ident()
-    with _armed_lock:
-        gates = [gate for gate in _armed if gate._thread == me]
-    for gate in gates:
-        gate.open()
 
 
 def _after_fork_in_parent() -> None:

@@ -10,7 +10,6 @@ Sampling: `top_k == 1` is greedy; otherwise upstream's RAS runs in a logits proc
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -325,32 +324,6 @@ def engine_forks(device: torch.device) -> bool:
     )
 
 
-@contextlib.contextmanager
-def spawning(spawn: bool = True) -> Iterator[None]:
-    """vLLM spawns (not forks) the processes it starts inside this block when ``spawn``.
-
-    On the H200, an engine core forked right after this process had written the export (2 GB cast on the
-    CPU) hung, twice, at every first start; forked from a process that found its export cached, it never
-    did. Until the cause is known, the one start that writes the export pays the spawn (~18 s there).
-    The weights waiting for a fork load at once (`no_fork_coming`)."""
-    from studio.tts.device.fork_gate import no_fork_coming
-
-    name = "VLLM_WORKER_MULTIPROC_METHOD"
-    saved = os.environ.get(name)
-    if spawn:
-        log.info("first start on this export: vLLM spawns its engine process")
-        os.environ[name] = "spawn"
-        no_fork_coming()
-    try:
-        yield
-    finally:
-        if spawn:
-            if saved is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = saved
-
-
 def start_engine(model_path: str | Path, **vllm_options: Any) -> Any:
     """Start a vLLM `LLMEngine` on an exported folder (the plugin registers our architecture)."""
     # A desktop studio sends nothing home; vLLM's usage report would also fork a probe of the GPU.
@@ -393,8 +366,9 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
 
     `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
     The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
-    it explicitly, so the weights vLLM loads are already in the dtype it runs. The start that writes
-    the export has vLLM spawn its engine process (`spawning`); later starts let it fork.
+    it explicitly, so the weights vLLM loads are already in the dtype it runs. The export is written
+    without PyTorch's CPU thread pool, so vLLM may fork its engine process right after it
+    (`device.fork_safe`).
     """
     import torch
 
@@ -406,14 +380,14 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
     config = llm.llm.model.config.to_dict()
     export_dir = export.cached_export(llm_pt, config, dtype=dtype)
-    first_export = export_dir is None
-    if first_export:
+    if export_dir is None:
+        written = time.perf_counter()
         export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
+        log.info("first start on this export: written in %.1f s", time.perf_counter() - written)
     started = time.perf_counter()
     turn = flow_turn.share()  # vLLM's steps wait while the flow makes a first chunk
     try:
-        with spawning(first_export):
-            engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
+        engine = start_engine(export_dir, **{**vllm_options, "dtype": dtype})
     except BaseException:
         if turn is not None:
             turn.close()

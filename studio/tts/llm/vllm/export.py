@@ -138,10 +138,13 @@ def export_for_vllm(
     base, target = _target(llm_pt, qwen2_config, root, dtype)
     if (target / STAMP_FILE).is_file():
         return target
+    from studio.tts.device.fork_safe import without_thread_pool
+
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=base))
     try:
-        _write_export(llm_pt, qwen2_config, staging, dtype)
+        with without_thread_pool():  # vLLM's engine core is forked from this process next
+            _write_export(llm_pt, qwen2_config, staging, dtype)
         try:
             os.rename(staging, target)
         except OSError:
