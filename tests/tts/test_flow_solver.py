@@ -14,7 +14,13 @@ from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
 from tests.tts.concurrency import queue_while_paused
-from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
+from tests.tts.test_incremental_flow import (  # noqa: F401
+    modules,
+    prompt,
+    relative_error,
+    small_flow,
+    speech_tokens,
+)
 
 # three takes with different prompt lengths and texts, driven with the same hop schedule
 TAKES = [(7, 90, 1), (25, 83, 2), (13, 70, 3)]
@@ -84,6 +90,26 @@ def test_takes_solved_in_one_batch_equal_takes_solved_alone(modules, buckets):  
         for ours, theirs in zip(take_batched, take_solo, strict=True):
             assert ours.shape == theirs.shape
             assert relative_error(ours, theirs) < 1e-5
+
+
+def test_half_weights_batch_as_they_run_alone_with_their_conv_tails_kept_in_half():
+    """The fp16 flow's arena keeps the conv tails in float16 (no cast per convolution); padded batches of
+    half takes still equal each take alone."""
+    flow = small_flow().half()
+    with torch.inference_mode():
+        solo = drive_solo(flow)
+        solver = EstimatorSolver(flow.decoder, graphs=False)
+        solver.buckets = True
+        flow.decoder._solver = solver
+        try:
+            batched = drive_batched(flow, solver)
+        finally:
+            flow.decoder._solver = None
+    assert solver._arena.tails.dtype == torch.float16
+    assert solver.batches < solver.requests
+    for take_solo, take_batched in zip(solo, batched, strict=True):
+        for ours, theirs in zip(take_batched, take_solo, strict=True):
+            assert ours.dtype == torch.float16 and relative_error(ours.float(), theirs.float()) < 1e-2
 
 
 def test_a_small_budget_splits_batches_without_changing_results(modules):  # noqa: F811

@@ -5,7 +5,7 @@ at every Euler step for its two classifier-free-guidance rows, plus the causal c
 `solve_batch` runs all Euler steps for a batch of takes over a shared `WorkArena` into which their states
 were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
 attends through its own bias (chunk mask, and nothing at or past its last real frame), and keeps its
-conv tails at its own commit point and mark. Padding is exact: the convolutions are causal, the norms
+conv tails at its own commit point and mark (one gather per conv writes both, side by side). Padding is exact: the convolutions are causal, the norms
 work per frame, and the bias hides padded keys from real frames. `EstimatorSolver` (tts/flow/streaming/solver.py)
 forms the batches and replays this as CUDA graphs.
 """
@@ -65,7 +65,8 @@ class Layout:
         return (steps, len(self.attention), 2, rows, self.heads, frames, self.head_dim)
 
     def tail_shape(self, steps: int, rows: int) -> tuple[int, ...]:
-        return (steps, rows, self.conv_channels, self.left)
+        """[steps, rows, channels, 2 x left]: the tails at the commit point, then those at the mark."""
+        return (steps, rows, self.conv_channels, 2 * self.left)
 
     def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype) -> int:
         return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
@@ -77,8 +78,8 @@ class EstimatorState:
 
     Rows [0, base_length) may be a prompt cache's tensor (`base`), read by every take of that voice and
     never written; the take's own tensor `kv` holds the rows after them (its row i is frame
-    base_length + i), so a take's memory grows with its own frames only. Tails are float32 whatever the
-    compute dtype (they may hold float32 activations under autocast).
+    base_length + i), so a take's memory grows with its own frames only. Tails are in the compute dtype,
+    float32 under autocast (which may hand a convolution float32 activations).
     """
 
     kv: torch.Tensor | None = (
@@ -148,8 +149,7 @@ class SolveInputs:
     spks: torch.Tensor  # [B, 80]
     bias: torch.Tensor  # [2B, 1, n, cap] additive attention bias
     write: torch.Tensor  # [2B, n] int64: absolute frame of each query (where its K/V row goes)
-    keep: torch.Tensor  # [2B, left] int64: conv-tail columns to keep (the commit point)
-    mark: torch.Tensor  # [2B, left] int64: conv-tail columns at the mark
+    tail_columns: torch.Tensor  # [2B, 2 x left] int64: conv-tail columns at the commit point, then the mark
     t: torch.Tensor  # [steps] time at each Euler step
     dt: torch.Tensor  # [steps] its step size
 
@@ -157,17 +157,14 @@ class SolveInputs:
 @dataclass
 class WorkArena:
     kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]
-    tails: torch.Tensor  # [steps, 2B, channels, left] float32
-    mark_tails: torch.Tensor
+    tails: torch.Tensor  # [steps, 2B, channels, 2 x left]: at the commit point, then at the mark
 
 
-def _conv(layout: Layout, tails, mark_tails, io: SolveInputs, conv: CausalConv1d, x: torch.Tensor):
+def _conv(layout: Layout, tails, io: SolveInputs, conv: CausalConv1d, x: torch.Tensor):
     c0, c1 = layout.conv[conv]
-    full = torch.cat([tails[:, c0:c1].to(x.dtype), x], dim=2)
+    full = torch.cat([tails[:, c0:c1, : layout.left].to(x.dtype), x], dim=2)  # no cast in the tails' dtype
     out = F.conv1d(full, conv.weight, conv.bias)
-    channels = c1 - c0
-    tails[:, c0:c1] = full.gather(2, io.keep[:, None, :].expand(-1, channels, -1))
-    mark_tails[:, c0:c1] = full.gather(2, io.mark[:, None, :].expand(-1, channels, -1))
+    tails[:, c0:c1] = full.gather(2, io.tail_columns[:, None, :].expand(-1, c1 - c0, -1))
     return out
 
 
@@ -204,7 +201,7 @@ def _attend(layout: Layout, kv: torch.Tensor, io: SolveInputs, blocks: nn.Module
 def _estimate(estimator, layout: Layout, arena: WorkArena, step: int, io: SolveInputs, x, mu, t, spks, cond):
     """The estimator's streaming forward for one Euler step over the batch's new frames."""
     kv = arena.kv[step]
-    ctx = (layout, arena.tails[step], arena.mark_tails[step], io)
+    ctx = (layout, arena.tails[step], io)
     t = estimator.time_mlp(sinusoidal_embedding(t, estimator.in_channels).to(t.dtype))
     x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
     hiddens = []
@@ -267,7 +264,7 @@ def batch_inputs(
     spks = torch.zeros(rows, 80, device=device, dtype=dtype)
     start = torch.zeros(rows, dtype=torch.int64)
     end = torch.zeros(rows, dtype=torch.int64)
-    keep = torch.zeros(rows, dtype=torch.int64)
+    keep = torch.zeros(rows, dtype=torch.int64)  # the commit point, relative to the chunk's first frame
     mark = torch.zeros(rows, dtype=torch.int64)
     noise = cfm.rand_noise
     for b, request in enumerate(requests):
@@ -290,6 +287,7 @@ def batch_inputs(
     visible = torch.arange(cap) < limit[:, :, None]  # [rows, n, cap]
     bias = mask_to_bias(visible, dtype)[:, None].repeat_interleave(2, dim=0)
     left = torch.arange(layout.left)
+    columns = torch.cat([keep[:, None] + left, mark[:, None] + left], dim=1)
     t, dt = euler_times(cfm, requests[0].steps, x0)
     return SolveInputs(
         x0,
@@ -298,8 +296,7 @@ def batch_inputs(
         spks,
         to_device(bias, device),
         to_device(queries.repeat_interleave(2, dim=0), device),
-        to_device((keep[:, None] + left).repeat_interleave(2, dim=0), device),
-        to_device((mark[:, None] + left).repeat_interleave(2, dim=0), device),
+        to_device(columns.repeat_interleave(2, dim=0), device),
         t,
         dt,
     )

@@ -265,6 +265,8 @@ class EstimatorSolver:
             return None
         if arena.kv.dtype != request.mu.dtype or arena.kv.shape[0] != request.steps:
             return None
+        if arena.tails.dtype != _tails_dtype(request.mu):
+            return None
         return arena
 
     def _arena_size(self, request: SolveRequest, rows: int, needed: int) -> tuple[int, int]:
@@ -320,9 +322,7 @@ class EstimatorSolver:
             self._arena = None
             self._drop_graphs()  # the old arena's graphs die with it
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
-        return WorkArena(
-            arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows], arena.mark_tails[:, :rows]
-        )
+        return WorkArena(arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows])
 
     def _drop_graphs(self) -> None:
         self._captured.clear()
@@ -330,15 +330,15 @@ class EstimatorSolver:
         self._pool = None  # a pool whose graphs are all gone cannot take a new capture
 
     def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
-        """A zeroed arena of `rows` CFG rows and `cap` context frames (tails in float32)."""
+        """A zeroed arena of `rows` CFG rows and `cap` context frames."""
         tails = self.layout.tail_shape(batch.steps, rows)
         return WorkArena(
             torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
-            torch.zeros(tails, device=device),
-            torch.zeros(tails, device=device),
+            torch.zeros(tails, dtype=_tails_dtype(batch.requests[0].mu), device=device),
         )
 
     def _copy_in(self, batch: _Batch, arena: WorkArena) -> None:
+        left = self.layout.left
         for b, request in enumerate(batch.requests):
             state, rows = request.state, slice(2 * b, 2 * b + 2)
             if state.length != request.frame0:
@@ -348,11 +348,12 @@ class EstimatorSolver:
             if state.length:
                 state.copy_prefix(arena.kv[:, :, :, rows], state.length)
             if state.tails is None:
-                arena.tails[:, rows] = 0
+                arena.tails[:, rows, :, :left] = 0
             else:
-                arena.tails[:, rows] = state.tails
+                arena.tails[:, rows, :, :left] = state.tails
 
     def _copy_out(self, batch: _Batch, arena: WorkArena, output: torch.Tensor) -> None:
+        left = self.layout.left
         for b, request in enumerate(batch.requests):
             state, rows = request.state, slice(2 * b, 2 * b + 2)
             start, commit = request.frame0, request.commit
@@ -360,8 +361,8 @@ class EstimatorSolver:
             if upto > start:
                 state.write(arena.kv[:, :, :, rows], start, upto)
             state.length, state.written = commit, upto
-            state.tails = arena.tails[:, rows].clone()
-            state.mark_tails = None if request.mark is None else arena.mark_tails[:, rows].clone()
+            state.tails = arena.tails[:, rows, :, :left].clone()
+            state.mark_tails = None if request.mark is None else arena.tails[:, rows, :, left:].clone()
             request.result = output[b : b + 1, :, : request.frames].clone()
 
     def _replay(self, batch: _Batch, arena: WorkArena, io: SolveInputs) -> torch.Tensor | None:
@@ -408,6 +409,11 @@ class EstimatorSolver:
             warmup,
         )
         return _Captured(graph, static, output)
+
+
+def _tails_dtype(mu: torch.Tensor) -> torch.dtype:
+    """The conv tails' dtype: the compute dtype, float32 under autocast (a conv may see float32 there)."""
+    return torch.float32 if torch.is_autocast_enabled(mu.device.type) else mu.dtype
 
 
 _solvers_lock = threading.Lock()
