@@ -53,9 +53,9 @@ cold_and_warm_starts() {  # $1: file prefix, $2: seconds allowed per start; one 
   local name
   for name in cold warm; do
     timeout "$2" python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/$1-$name.json" \
-      >"/tmp/$1-$name.log" 2>&1
+      >"$out/$1-$name.log" 2>&1
     echo "== $name: rc $?"
-    grep -E "^ +[0-9]+ ms|took|Graph capturing|spawn|Traceback|Error|time_to_ready|\"at_s" "/tmp/$1-$name.log" \
+    grep -E "^ +[0-9]+ ms|took|Graph capturing|spawn|Traceback|Error|time_to_ready|\"at_s" "$out/$1-$name.log" \
       | grep -v "config:" | cut -c1-200 | tail -25
   done
 }
@@ -424,6 +424,18 @@ S50)  # stop 21, first machine, after the five part-copy calls: install, a cold 
 S51)  # same warm machine: every level with HiFT batched, every graph capture logged
   budget_bench stop21-hift-batch-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
   grep -cE "captured" "$out/bench-stop21-hift-batch-levels.log"
+  ;;
+S52)  # stop 21, second machine, after the five part-copy calls: install, a cold start (the first start now
+      # forks vLLM's core: its export is cast without the OpenMP pool), a warm one, then the causal convs as
+      # GEMMs against cuDNN (kernels, first chunk, 16 takes, distance)
+  install
+  cold_and_warm_starts stop21-fork-start 150
+  timeout 240 python3 scripts/gpu/conv_gemm_check.py --model /tmp/full --json "$out/conv-gemm-check.json" \
+    2>&1 | grep -E "^(cudnn|gemm|relative)|Error" | cut -c1-330
+  ;;
+S53)  # same warm machine: every level with the final code (tails in fp16, convs as GEMMs, HiFT batched)
+  budget_bench stop21-final-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  grep -cE "captured" "$out/bench-stop21-final-levels.log"
   ;;
 S48)  # next stop's first machine, after the five part-copy calls: install, HiFT batched against chunk by chunk
       # (equal, timed), then every level with it (stop 20 ended before HiFT's batches could be measured)

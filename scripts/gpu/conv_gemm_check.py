@@ -1,0 +1,108 @@
+"""The batched solve's causal convolutions as one GEMM over their windows, against cuDNN (stop 21).
+
+stop 20 counted a first chunk's 12,559 kernels on the H200: cuDNN ran each causal convolution in NHWC, with a
+layout conversion of input, weight and output around it (939 kernels), and every LayerNorm after one copied its
+transposed input. `batched_solve._conv` now gathers the windows in one copy and multiplies them in one GEMM, its
+output laid out [rows, frames, channels]. This times one take's first chunk and 16 takes at once both ways on
+the full-size fp16 model (the cuDNN way restored here for the comparison), counts the kernels, and gives the
+distance between the two and to float32 weights.
+
+Usage: python scripts/gpu/conv_gemm_check.py --model /tmp/full [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from autocast_check import at_once, first_chunk, kernels, whole_take
+from flow_solver_check import relative, voice
+
+from studio.model_layout import BLANKEN_DIR, YAML_FILE
+from studio.tts.config import read_config
+from studio.tts.flow.streaming import batched_solve
+from studio.tts.flow.streaming.incremental import IncrementalFlow
+from studio.tts.flow.streaming.prompt_cache import PromptFlowCache
+from studio.tts.flow.streaming.solver import EstimatorSolver
+from studio.tts.loader import attach_cuda_graphs, load_flow
+
+GEMM = (batched_solve._conv, batched_solve._pointwise)
+
+
+def cudnn_conv(layout, tails, io, conv, x):
+    """stop 20's causal convolution: F.conv1d over the tails and x."""
+    c0, c1 = layout.conv[conv]
+    full = torch.cat([tails[:, c0:c1, : layout.left].to(x.dtype), x], dim=2)
+    out = F.conv1d(full, conv.weight, conv.bias)
+    tails[:, c0:c1] = full.gather(2, io.tail_columns[:, None, :].expand(-1, c1 - c0, -1))
+    return out
+
+
+def use(mode: str) -> None:
+    conv, pointwise = GEMM if mode == "gemm" else (cudnn_conv, lambda conv, x: conv(x))
+    batched_solve._conv, batched_solve._pointwise = conv, pointwise
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--json")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (float32)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    half = torch.float16 if device.type == "cuda" else torch.float32
+    model = Path(args.model)
+    config = read_config(model / YAML_FILE, {"qwen_pretrain_path": str(model / BLANKEN_DIR)})
+    flow = load_flow(model, config, device).to(half)
+    inputs = voice(1, device, half)
+    gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    report: dict = {"gpu": gpu, "torch": torch.__version__, "modes": {}}
+    mels = {}
+    for mode in ("cudnn", "gemm"):
+        use(mode)
+        flow.decoder._solver = EstimatorSolver(flow.decoder, graphs=device.type == "cuda")
+        attach_cuda_graphs(flow, None, device.type == "cuda")
+        cache = PromptFlowCache(1 << 36)
+        cache.warm(IncrementalFlow(flow, **inputs))
+        for seed in range(3):  # the first chunk's shapes: eager once, then captured
+            first_chunk(flow, inputs, cache, seed, "plain")
+        times = [first_chunk(flow, inputs, cache, 10 + seed, "plain") for seed in range(10)]
+        count, gpu_ms, top = kernels(lambda cache=cache: first_chunk(flow, inputs, cache, 99, "plain"))
+        for _ in range(2):  # the batched shapes: eager once, then captured
+            at_once(flow, inputs, cache, args.streams, "plain")
+        wall = at_once(flow, inputs, cache, args.streams, "plain")
+        mels[mode] = whole_take(flow, inputs, cache, 7, "plain")
+        row = {
+            "first_chunk_ms_median": round(1000 * statistics.median(times), 2),
+            "first_chunk_ms_min": round(1000 * min(times), 2),
+            "first_chunk_kernels": count,
+            "first_chunk_kernel_ms_under_profiler": round(gpu_ms, 2),
+            f"{args.streams}_takes_at_once_wall_s": round(wall, 3),
+            "first_chunk_kernels_by_count": top,
+        }
+        report["modes"][mode] = row
+        print(mode, json.dumps(row), flush=True)
+    use("gemm")
+    flow32 = load_flow(model, config, device).float()
+    flow32.decoder._solver = EstimatorSolver(flow32.decoder, graphs=False)
+    inputs32, cache32 = voice(1, device, torch.float32), PromptFlowCache(1 << 36)
+    cache32.warm(IncrementalFlow(flow32, **inputs32))
+    reference = whole_take(flow32, inputs32, cache32, 7, "plain")
+    report["relative_difference"] = {
+        "gemm_vs_cudnn": relative(mels["gemm"], mels["cudnn"]),
+        "cudnn_vs_float32": relative(mels["cudnn"], reference),
+        "gemm_vs_float32": relative(mels["gemm"], reference),
+    }
+    print("relative difference of a whole take's mels:", json.dumps(report["relative_difference"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
