@@ -319,8 +319,10 @@ class EstimatorSolver:
                 "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
                 rows_total, cap, len(self._captured),
             )  # fmt: skip
-            self._arena = None
+            arena = self._arena = None  # freed before the larger one is made, not beside it
             self._drop_graphs()  # the old arena's graphs die with it
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
         return WorkArena(arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows])
 
