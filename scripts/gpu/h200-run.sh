@@ -437,6 +437,12 @@ S53)  # same warm machine: every level with the final code (tails in fp16, convs
   budget_bench stop21-final-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
   grep -cE "captured" "$out/bench-stop21-final-levels.log"
   ;;
+S54)  # stop 21, third machine, after the five part-copy calls: install, every level with the old arena let go
+      # before a larger one is made (S53's 32 streams peaked at 98 GiB while the arena grew)
+  install
+  budget_bench stop21-arena-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  grep -E "work arena" "$out/bench-stop21-arena-levels.log" | cut -c1-160
+  ;;
 S48)  # next stop's first machine, after the five part-copy calls: install, HiFT batched against chunk by chunk
       # (equal, timed), then every level with it (stop 20 ended before HiFT's batches could be measured)
   install
