@@ -443,13 +443,6 @@ S54)  # stop 21, third machine, after the five part-copy calls: install, every l
   budget_bench stop21-arena-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
   grep -E "work arena" "$out/bench-stop21-arena-levels.log" | cut -c1-160
   ;;
-S55)  # stop 21, last machine, after the five part-copy calls: install, the solver's graphs (now on ShapeGraphs)
-      # against eager, then 1 and 16 streams with captures while idle
-  install
-  timeout 120 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --dtypes float16 --streams 1,16 \
-    --solvers graphs --json "$out/flow-solver-check.json" 2>&1 | grep -E "PASS|FAIL|Error" | cut -c1-200
-  budget_bench stop21-idle-capture-c1-16 150 --warmup-rounds 3 --concurrency 1,16 --log-graphs
-  ;;
 S48)  # next stop's first machine, after the five part-copy calls: install, HiFT batched against chunk by chunk
       # (equal, timed), then every level with it (stop 20 ended before HiFT's batches could be measured)
   install
