@@ -6,7 +6,6 @@ import logging
 import math
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -75,8 +74,6 @@ class ShapeGraphs:
 
     - The first `eager_first` calls of a key run eagerly: a shape seen once (a long prompt, an odd batch)
       costs no capture; one that recurs is captured at its next call, without a warm-up pass.
-    - Or earlier, while the GPU's worker is idle (`capture_one_pending`): a key that ran eagerly keeps a
-      copy of its inputs, and is captured from them without a warm-up pass, off any take's path.
     - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
       safe because calls are serialised and outputs are cloned before the next replay.
     - New weights (`fingerprint`: moved or cast) drop every graph.
@@ -103,11 +100,9 @@ class ShapeGraphs:
         self._capture = capture
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._seen: OrderedDict[tuple, int] = OrderedDict()  # eager calls per key not captured yet
-        self._pending: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (inputs, context): idle capture
         self._lock = threading.Lock()
         self._pool = None
         self._fingerprint: tuple | None = None
-        _all.add(self)
 
     def __call__(
         self,
@@ -131,12 +126,7 @@ class ShapeGraphs:
                     self._seen[key] = seen + 1
                     while len(self._seen) > 8 * self.max_graphs:
                         self._seen.popitem(last=False)
-                    self._pending[key] = (tuple(tensor.clone() for tensor in inputs), context)
-                    self._pending.move_to_end(key)
-                    while len(self._pending) > self.max_graphs:
-                        self._pending.popitem(last=False)
                     return self.run(inputs)
-                self._pending.pop(key, None)
                 captured = self._new_graph(key, inputs, context, warmup=0 if seen else 1)
                 if captured is None:
                     return self.run(inputs)
@@ -146,31 +136,10 @@ class ShapeGraphs:
             captured.graph.replay()
             return tuple(tensor.clone() for tensor in captured.outputs)
 
-    def __len__(self) -> int:
-        """Graphs kept."""
-        return len(self._graphs)
-
-    def pending(self) -> int:
-        """Keys that ran eagerly and could be captured now (`capture_pending`)."""
-        return len(self._pending) if self.enabled else 0
-
-    def capture_pending(self) -> bool:
-        """Capture the most recent key that ran eagerly, from its inputs then (no warm-up pass: the eager call
-        made its lazy state). False when there was none. Call it only where no take waits for the GPU."""
-        with self._lock:
-            if not self.enabled or not self._pending:
-                return False
-            key, (inputs, context) = self._pending.popitem(last=True)
-            self._seen.pop(key, None)
-            if key not in self._graphs:
-                self._new_graph(key, inputs, context, warmup=0)
-            return True
-
     def drop(self) -> None:
         """Forget every graph (a pool whose graphs are all gone cannot take a new capture: a new one)."""
         self._graphs.clear()
         self._seen.clear()
-        self._pending.clear()
         self._pool = None
 
     def _new_graph(
@@ -200,17 +169,3 @@ class ShapeGraphs:
             self.name, key, time.monotonic() - started, len(self._graphs),
         )  # fmt: skip
         return captured
-
-
-_all: weakref.WeakSet[ShapeGraphs] = weakref.WeakSet()
-
-
-def pending_captures() -> int:
-    """Keys of every `ShapeGraphs` of this process that ran eagerly and could be captured now."""
-    return sum(graphs.pending() for graphs in list(_all))
-
-
-def capture_one_pending() -> bool:
-    """Capture one key that ran eagerly, of whichever `ShapeGraphs` has one (the flow's scheduler calls this
-    while idle, so that a shape's capture is not paid by the next take that meets it). False: none."""
-    return any(graphs.capture_pending() for graphs in list(_all))
