@@ -5,9 +5,9 @@ at every Euler step for its two classifier-free-guidance rows, plus the causal c
 `solve_batch` runs all Euler steps for a batch of takes over a shared `WorkArena` into which their states
 were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
 attends through its own bias (chunk mask, and nothing at or past its last real frame), and keeps its
-conv tails at its own commit point and mark (one gather per conv writes both, side by side). Padding is exact: the convolutions are causal, the norms
-work per frame, and the bias hides padded keys from real frames. `EstimatorSolver` (tts/flow/streaming/solver.py)
-forms the batches and replays this as CUDA graphs.
+conv tails at its own commit point and mark (one gather per conv writes both, side by side). Padding is
+exact: the convolutions are causal, the norms work per frame, and the bias hides padded keys from real
+frames. `EstimatorSolver` (tts/flow/streaming/solver.py) forms the batches and replays this as CUDA graphs.
 """
 
 from __future__ import annotations
