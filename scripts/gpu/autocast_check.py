@@ -88,6 +88,42 @@ def kernels(run) -> tuple[int, float, dict[str, int]]:
     return len(events), sum(e.device_time for e in events) / 1000, top
 
 
+def measure(flow, inputs, streams: int, mode: str, graphs: bool, untimed: int) -> tuple[dict, list]:
+    """One way of running the flow timed on a fresh solver and prompt cache: one take's first chunk (median
+    and min of 10 after 3 untimed), its kernels, `streams` whole takes at once (after `untimed` rounds),
+    and a whole take's mels to compare. `mode` is the precision ("autocast" or "plain")."""
+    flow.decoder._solver = EstimatorSolver(flow.decoder, graphs=graphs)
+    attach_cuda_graphs(flow, None, graphs)
+    cache = PromptFlowCache(1 << 36)
+    with precision(mode):
+        cache.warm(IncrementalFlow(flow, **inputs))
+    for seed in range(3):  # the first chunk's shapes: eager once, then captured
+        first_chunk(flow, inputs, cache, seed, mode)
+    times = [first_chunk(flow, inputs, cache, 10 + seed, mode) for seed in range(10)]
+    count, gpu_ms, top = kernels(lambda: first_chunk(flow, inputs, cache, 99, mode))
+    for _ in range(untimed):  # the batched shapes
+        at_once(flow, inputs, cache, streams, mode)
+    wall = at_once(flow, inputs, cache, streams, mode)
+    row = {
+        "first_chunk_ms_median": round(1000 * statistics.median(times), 2),
+        "first_chunk_ms_min": round(1000 * min(times), 2),
+        "first_chunk_kernels": count,
+        "first_chunk_kernel_ms_under_profiler": round(gpu_ms, 2),
+        f"{streams}_takes_at_once_wall_s": round(wall, 3),
+        "first_chunk_kernels_by_count": top,
+    }
+    return row, whole_take(flow, inputs, cache, 7, mode)
+
+
+def float32_take(model: Path, config, device) -> list[torch.Tensor]:
+    """A whole take's mels with the flow's float32 weights, eagerly and without autocast (the reference)."""
+    flow32 = load_flow(model, config, device).float()
+    flow32.decoder._solver = EstimatorSolver(flow32.decoder, graphs=False)
+    inputs32, cache32 = voice(1, device, torch.float32), PromptFlowCache(1 << 36)
+    cache32.warm(IncrementalFlow(flow32, **inputs32))
+    return whole_take(flow32, inputs32, cache32, 7, "plain")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
@@ -105,36 +141,10 @@ def main() -> int:
     report: dict = {"gpu": gpu, "torch": torch.__version__, "modes": {}}
     mels = {}
     for mode in ("autocast", "plain"):
-        flow.decoder._solver = EstimatorSolver(flow.decoder, graphs=True)
-        attach_cuda_graphs(flow, None, True)
-        cache = PromptFlowCache(1 << 36)
-        with precision(mode):
-            cache.warm(IncrementalFlow(flow, **inputs))
-        for seed in range(3):  # captures this mode's graphs
-            first_chunk(flow, inputs, cache, seed, mode)
-        times = [first_chunk(flow, inputs, cache, 10 + seed, mode) for seed in range(10)]
-        count, gpu_ms, top = kernels(
-            lambda mode=mode, cache=cache: first_chunk(flow, inputs, cache, 99, mode)
-        )
-        at_once(flow, inputs, cache, args.streams, mode)  # captures the batched shapes
-        wall = at_once(flow, inputs, cache, args.streams, mode)
-        mels[mode] = whole_take(flow, inputs, cache, 7, mode)
-        row = {
-            "first_chunk_ms_median": round(1000 * statistics.median(times), 2),
-            "first_chunk_ms_min": round(1000 * min(times), 2),
-            "first_chunk_kernels": count,
-            "first_chunk_kernel_ms_under_profiler": round(gpu_ms, 2),
-            f"{args.streams}_takes_at_once_wall_s": round(wall, 3),
-            "first_chunk_kernels_by_count": top,
-        }
-        report["modes"][mode] = row
-        print(mode, json.dumps(row), flush=True)
+        report["modes"][mode], mels[mode] = measure(flow, inputs, args.streams, mode, graphs=True, untimed=1)
+        print(mode, json.dumps(report["modes"][mode]), flush=True)
     # the truth both approximate: the same take with float32 weights, no autocast
-    flow32 = load_flow(model, config, device).float()
-    flow32.decoder._solver = EstimatorSolver(flow32.decoder, graphs=False)
-    inputs32, cache32 = voice(1, device, torch.float32), PromptFlowCache(1 << 36)
-    cache32.warm(IncrementalFlow(flow32, **inputs32))
-    reference = whole_take(flow32, inputs32, cache32, 7, "plain")
+    reference = float32_take(model, config, device)
     report["relative_difference"] = {
         "plain_vs_autocast": relative(mels["plain"], mels["autocast"]),
         "autocast_vs_float32": relative(mels["autocast"], reference),

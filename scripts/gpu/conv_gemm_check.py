@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from autocast_check import at_once, first_chunk, kernels, whole_take
+from autocast_check import float32_take, measure
 from flow_solver_check import relative, voice
 
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
 from studio.tts.config import read_config
 from studio.tts.flow.streaming import batched_solve
-from studio.tts.flow.streaming.incremental import IncrementalFlow
-from studio.tts.flow.streaming.prompt_cache import PromptFlowCache
-from studio.tts.flow.streaming.solver import EstimatorSolver
-from studio.tts.loader import attach_cuda_graphs, load_flow
+from studio.tts.loader import load_flow
 
 GEMM = (batched_solve._conv, batched_solve._pointwise)
 
@@ -65,34 +61,11 @@ def main() -> int:
     mels = {}
     for mode in ("cudnn", "gemm"):
         use(mode)
-        flow.decoder._solver = EstimatorSolver(flow.decoder, graphs=device.type == "cuda")
-        attach_cuda_graphs(flow, None, device.type == "cuda")
-        cache = PromptFlowCache(1 << 36)
-        cache.warm(IncrementalFlow(flow, **inputs))
-        for seed in range(3):  # the first chunk's shapes: eager once, then captured
-            first_chunk(flow, inputs, cache, seed, "plain")
-        times = [first_chunk(flow, inputs, cache, 10 + seed, "plain") for seed in range(10)]
-        count, gpu_ms, top = kernels(lambda cache=cache: first_chunk(flow, inputs, cache, 99, "plain"))
-        for _ in range(2):  # the batched shapes: eager once, then captured
-            at_once(flow, inputs, cache, args.streams, "plain")
-        wall = at_once(flow, inputs, cache, args.streams, "plain")
-        mels[mode] = whole_take(flow, inputs, cache, 7, "plain")
-        row = {
-            "first_chunk_ms_median": round(1000 * statistics.median(times), 2),
-            "first_chunk_ms_min": round(1000 * min(times), 2),
-            "first_chunk_kernels": count,
-            "first_chunk_kernel_ms_under_profiler": round(gpu_ms, 2),
-            f"{args.streams}_takes_at_once_wall_s": round(wall, 3),
-            "first_chunk_kernels_by_count": top,
-        }
-        report["modes"][mode] = row
-        print(mode, json.dumps(row), flush=True)
+        graphs = device.type == "cuda"
+        report["modes"][mode], mels[mode] = measure(flow, inputs, args.streams, "plain", graphs, untimed=2)
+        print(mode, json.dumps(report["modes"][mode]), flush=True)
     use("gemm")
-    flow32 = load_flow(model, config, device).float()
-    flow32.decoder._solver = EstimatorSolver(flow32.decoder, graphs=False)
-    inputs32, cache32 = voice(1, device, torch.float32), PromptFlowCache(1 << 36)
-    cache32.warm(IncrementalFlow(flow32, **inputs32))
-    reference = whole_take(flow32, inputs32, cache32, 7, "plain")
+    reference = float32_take(model, config, device)
     report["relative_difference"] = {
         "gemm_vs_cudnn": relative(mels["gemm"], mels["cudnn"]),
         "cudnn_vs_float32": relative(mels["cudnn"], reference),
