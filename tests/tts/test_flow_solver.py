@@ -6,6 +6,8 @@ batch; `buckets=True` pads batch, frames and context as the CUDA-graph path does
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -52,6 +54,16 @@ def drive_solo(flow) -> list[list[torch.Tensor]]:
     return mels
 
 
+@contextmanager
+def installed(flow, solver: EstimatorSolver):
+    """`solver` as the flow's own (the one `solver_for` returns) for the block."""
+    flow.decoder._solver = solver
+    try:
+        yield solver
+    finally:
+        flow.decoder._solver = None
+
+
 def drive_batched(flow, solver: EstimatorSolver) -> list[list[torch.Tensor]]:
     """Each round, every take still running queues one chunk while the solver is paused: one batch."""
     takes = [
@@ -78,11 +90,8 @@ def test_takes_solved_in_one_batch_equal_takes_solved_alone(modules, buckets):  
     solo = drive_solo(flow)
     solver = EstimatorSolver(flow.decoder, graphs=False)
     solver.buckets = buckets
-    flow.decoder._solver = solver
-    try:
+    with installed(flow, solver):
         batched = drive_batched(flow, solver)
-    finally:
-        flow.decoder._solver = None
     assert solver.requests == sum(len(m) for m in solo)
     assert solver.batches < solver.requests  # rounds with several takes really ran as one batch
     for take_solo, take_batched in zip(solo, batched, strict=True):
@@ -100,11 +109,8 @@ def test_half_weights_batch_as_they_run_alone_with_their_conv_tails_kept_in_half
         solo = drive_solo(flow)
         solver = EstimatorSolver(flow.decoder, graphs=False)
         solver.buckets = True
-        flow.decoder._solver = solver
-        try:
+        with installed(flow, solver):
             batched = drive_batched(flow, solver)
-        finally:
-            flow.decoder._solver = None
     assert solver._arena.tails.dtype == torch.float16
     assert solver.batches < solver.requests
     for take_solo, take_batched in zip(solo, batched, strict=True):
@@ -129,12 +135,9 @@ def test_a_growing_arena_lets_go_of_the_old_one_before_making_the_larger(modules
         return arena
 
     solver._arena_ref, solver._allocate = None, watched
-    flow.decoder._solver = solver
-    try:
+    with installed(flow, solver):
         drive_solo(flow)  # an arena for one take
         drive_batched(flow, solver)  # grown for three
-    finally:
-        flow.decoder._solver = None
     assert old_alive and not any(old_alive)  # grown, each time after the old arena was gone
 
 
@@ -142,11 +145,8 @@ def test_a_small_budget_splits_batches_without_changing_results(modules):  # noq
     flow, _ = modules
     solo = drive_solo(flow)
     solver = EstimatorSolver(flow.decoder, graphs=False, budget_bytes=1)
-    flow.decoder._solver = solver
-    try:
+    with installed(flow, solver):
         batched = drive_batched(flow, solver)
-    finally:
-        flow.decoder._solver = None
     assert solver.batches == solver.requests  # nothing fitted together
     for take_solo, take_batched in zip(solo, batched, strict=True):
         for ours, theirs in zip(take_batched, take_solo, strict=True):
