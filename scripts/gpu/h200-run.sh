@@ -443,6 +443,38 @@ S54)  # stop 21, third machine, after the five part-copy calls: install, every l
   budget_bench stop21-arena-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
   grep -E "work arena" "$out/bench-stop21-arena-levels.log" | cut -c1-160
   ;;
+S55)  # stop 21, last machine, after the five part-copy calls: install, the solver's graphs (now on ShapeGraphs)
+      # against eager, then 1 and 16 streams with captures while idle
+  install
+  timeout 120 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --dtypes float16 --streams 1,16 \
+    --solvers graphs --json "$out/flow-solver-check.json" 2>&1 | grep -E "PASS|FAIL|Error" | cut -c1-200
+  budget_bench stop21-idle-capture-c1-16 150 --warmup-rounds 3 --concurrency 1,16 --log-graphs
+  ;;
+S56)  # stop 22, first machine, after the five part-copy calls: install, captures that do not wait for queued
+      # work (tests/tts/test_cuda_capture.py), the solver's graphs on ShapeGraphs against eager (the whole log
+      # kept: S55 printed an inference-tensor error here), 1 and 16 streams with captures while the flow
+      # scheduler is idle, then the 24 GiB budget
+  install
+  timeout 60 python3 -m pytest tests/tts/test_cuda_capture.py tests/tts/test_host_transfer.py -q \
+    -p no:cacheprovider >"$out/pytest-capture.log" 2>&1
+  grep -E "passed|failed|rror|assert" "$out/pytest-capture.log" | tail -8
+  timeout 100 python3 scripts/gpu/flow_solver_check.py --model /tmp/full --dtypes float16 --streams 1,16 \
+    --solvers graphs --json "$out/flow-solver-check.json" >"$out/flow-solver-check.log" 2>&1
+  grep -E "PASS|FAIL|Error|^\{" "$out/flow-solver-check.log" | cut -c1-240
+  grep -B2 -A28 -m1 "Traceback" "$out/flow-solver-check.log" | cut -c1-200
+  budget_bench stop22-idle-capture-c1-16 140 --warmup-rounds 3 --concurrency 1,16 --log-graphs
+  grep -E "capture failed|while idle failed" "$out/bench-stop22-idle-capture-c1-16.log" | head -3
+  budget_bench stop22-vram-budget-24 170 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
+S57)  # same warm machine: every level with captures while idle, then the LM alone at 1 stream (its part of a
+      # first chunk varied 56-90 ms between processes), the GPU's clocks before it
+  budget_bench stop22-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  grep -cE "captured" "$out/bench-stop22-levels.log"
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 90 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1 --tokens 100 \
+    --json "$out/stop22-llm-alone.json" >"$out/stop22-llm-alone.log" 2>&1
+  grep -E "^(greedy|ras)|rror" "$out/stop22-llm-alone.log" | cut -c1-300
+  ;;
 S48)  # next stop's first machine, after the five part-copy calls: install, HiFT batched against chunk by chunk
       # (equal, timed), then every level with it (stop 20 ended before HiFT's batches could be measured)
   install

@@ -25,6 +25,11 @@ for no other take: vLLM's LM steps wait until the tick is done (tts/device/flow_
 time-slicing the GPU with it. A chunk whose take is cancelled while it waits leaves the queue
 (`ChunkCancelled`); a chunk that fails gets its own error, and the others in its tick go on (a failed batch
 is solved again chunk by chunk). ``STUDIO_FLOW_SCHEDULER=0`` turns it off.
+
+While it is idle (nothing queued or on the GPU, no take waiting for its first chunk, for
+`IDLE_CAPTURE_SECONDS`) it captures, one at a time, the CUDA graphs of shapes that ran eagerly once
+(`cuda_graphs.capture_one_pending`), so that their capture (0.2-0.5 s for a solve on the H200) is not paid
+by the next take that meets them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 
 from studio import envs
 from studio.tts.device import flow_turn
+from studio.tts.device.cuda_graphs import capture_one_pending, pending_captures
 from studio.tts.device.transfer import to_host_async
 from studio.tts.flow.streaming.incremental import FlowStep
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH, solver_for
@@ -58,6 +64,7 @@ SIBLING_SECONDS = 0.05  # takes that started this close to (or before) a take wi
 GATHER_MAX_TAKES = 16
 DEFAULT_GATHER_MS = 20  # ``STUDIO_FLOW_GATHER_MS`` unset
 EXPECT_SECONDS = 10.0  # a take still without its first chunk this long after its start is not waited for
+IDLE_CAPTURE_SECONDS = 0.2  # idle this long (between a take's chunks it is ~0.1 s), graphs are captured
 
 
 class ChunkCancelled(Exception):
@@ -123,17 +130,21 @@ class ChunkScheduler:
         self.gather_window = max(0.0, (DEFAULT_GATHER_MS if gather_ms is None else gather_ms) / 1000)
         self._expected: dict[int, tuple[weakref.ref, float]] = {}  # id(stream) -> (stream, when it started)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
+        self.idle_captures = 0  # CUDA graphs captured while idle
+        self._last_work = time.monotonic()
 
     # -- the take's side --------------------------------------------------------------------------
     def expect(self, stream) -> None:
         """A take started: its first chunk will come (ticks with first chunks may wait for it, see module)."""
         with self._condition:
             self._expected[id(stream)] = (weakref.ref(stream), time.monotonic())
+            self._condition.notify_all()  # an idle thread re-reads what it may do meanwhile
 
     def forget(self, stream) -> None:
         """The take ended (or its first chunk came): no tick waits for it."""
         with self._condition:
-            self._expected.pop(id(stream), None)
+            if self._expected.pop(id(stream), None) is not None:
+                self._condition.notify_all()
 
     def render(self, stream, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, float, float]:
         """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches)."""
@@ -207,7 +218,7 @@ class ChunkScheduler:
             asked = time.monotonic()
             with self._condition:
                 while inflight is None and not self._takeable() and not self._closed:
-                    self._condition.wait()
+                    self._wait_idle()
                 idle_until = time.monotonic()
                 while inflight is not None and not self._takeable() and not inflight.ready():
                     self._condition.wait(GPU_POLL_SECONDS)  # the GPU works; a new chunk may come
@@ -242,7 +253,25 @@ class ChunkScheduler:
                 inflight = None
             if inflight is None or not inflight.turn:  # the flow's turn ends with the tick that took it
                 flow_turn.release()
+            self._last_work = time.monotonic()
             self.host_seconds += time.monotonic() - started - (self.wait_seconds - waited_before)
+
+    def _wait_idle(self) -> None:
+        """Wait for work (lock held); meanwhile capture pending graphs, one per wake (see module)."""
+        if self._expected or pending_captures() == 0:
+            self._condition.wait()
+            return
+        idle = time.monotonic() - self._last_work
+        if idle < IDLE_CAPTURE_SECONDS:
+            self._condition.wait(IDLE_CAPTURE_SECONDS - idle)
+            return
+        self._condition.release()  # takes may queue chunks meanwhile; they are served after this capture
+        try:
+            self.idle_captures += capture_one_pending()
+        except Exception:  # noqa: BLE001 - a capture failure switches its graphs off; the thread goes on
+            log.exception("flow scheduler: a capture while idle failed")
+        finally:
+            self._condition.acquire()
 
     def _gpu_mark(self) -> torch.cuda.Event | None:
         """A timing event on the flow's CUDA stream (None on a CPU)."""
@@ -404,6 +433,7 @@ _STATS = (  # name in bench's JSON, attribute
     ("tick_gpu_s", "gpu_seconds"),
     ("turn_ticks", "turn_ticks"),
     ("gather_s", "gather_seconds"),
+    ("idle_captures", "idle_captures"),
 )
 
 

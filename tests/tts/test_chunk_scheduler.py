@@ -12,8 +12,9 @@ import time
 import pytest
 import torch
 
-from studio.tts.chunk_scheduler import ChunkCancelled, ChunkScheduler
+from studio.tts.chunk_scheduler import IDLE_CAPTURE_SECONDS, ChunkCancelled, ChunkScheduler
 from studio.tts.device import flow_turn
+from studio.tts.device.cuda_graphs import ShapeGraphs
 from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
 from studio.tts.flow.cfm import NOISE_FRAMES
 from studio.tts.flow.streaming import incremental
@@ -456,3 +457,28 @@ def test_takes_started_together_get_the_gpu_turn_for_their_shared_first_tick(mod
             assert held == [(2, expected)]
     finally:
         turn.close()
+
+
+def test_idle_it_captures_pending_graphs_unless_a_first_chunk_is_awaited(modules, scheduler):  # noqa: F811
+    """A shape that ran eagerly is captured by the idle scheduler (not by the next take that meets it), but
+    never while a started take waits for its first chunk: that chunk would wait behind the capture."""
+    flow, hift = modules
+    captured = []
+
+    def capture(run, device, pool, context=None, warmup=1):
+        captured.append(warmup)
+        outputs = run()
+        return type("Graph", (), {"replay": lambda self: None})(), outputs, pool
+
+    graphs = ShapeGraphs("test", lambda inputs: (inputs[0] * 2,), eager_first=1, capture=capture)
+    done = make_stream(flow, hift, 25, 1, scheduled=True)
+    done.chunk(speech_tokens(40, 9)[: done.tokens_needed()])  # the scheduler's thread runs, then idles
+    graphs(("a",), (1,), (torch.ones(2),))  # ran eagerly: pending
+    waiting = make_stream(flow, hift, 25, 2, scheduled=True)  # started; its first chunk has not come
+    time.sleep(4 * IDLE_CAPTURE_SECONDS)
+    assert graphs.pending() == 1 and not captured
+    waiting.close()  # the take ended: nothing is awaited any more
+    deadline = time.monotonic() + 10
+    while graphs.pending() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert graphs.pending() == 0 and captured == [0] and scheduler.idle_captures >= 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio.tts.device.cuda_graphs import ShapeGraphs
+from studio.tts.device.cuda_graphs import ShapeGraphs, capture_one_pending
 from studio.tts.flow.streaming import batched_encode
 from studio.tts.flow.streaming.batched_encode import Prefix, attach_encoder_graphs, encode_prefixes
 from tests.tts.test_batched_encode import TOLERANCE, alone
@@ -97,6 +97,32 @@ def test_shapes_seen_once_run_eagerly_and_recurring_ones_are_captured_then_repla
     assert torch.equal(out, (x + 5) * 2) and captured[0].replays == 2
     out.zero_()  # a caller's result is its own: the next replay's output is not it
     assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
+
+
+def test_a_shape_that_ran_eagerly_is_captured_while_idle_and_its_next_call_replays():
+    """`capture_one_pending` (the flow scheduler's idle work) captures from a copy of the eager call's inputs,
+    without a warm-up pass; the shape's next call replays, and new weights forget what was pending."""
+    warmups: list[int] = []
+
+    def capture(run, device, pool, context=None, warmup=1):
+        warmups.append(warmup)
+        return replaying_capture(run, device, pool)
+
+    graphs = ShapeGraphs("test", doubled, max_graphs=4, eager_first=1, capture=capture)
+    x = torch.arange(3.0)
+    graphs(("a",), (1,), (x,))
+    x += 100  # the caller's tensor changes after the call: the capture must not read it
+    assert graphs.pending() == 1 and not warmups
+    while capture_one_pending():  # every ShapeGraphs of the process (this one among them)
+        pass
+    assert graphs.pending() == 0 and graphs.captures == 1 and warmups == [0]
+    graph = graphs._graphs[("a",)]
+    assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2) and graph.graph.replays == 1
+    assert graphs.captures == 1 and not graphs.capture_pending()
+    graphs(("b",), (1,), (x,))
+    assert graphs.pending() == 1
+    graphs(("a",), (2,), (x,))  # moved or cast weights: nothing captured or pending survives ("b" is gone)
+    assert list(graphs._pending) == [("a",)] and len(graphs) == 0
 
 
 def test_at_most_max_graphs_are_kept_and_new_weights_drop_them_all():

@@ -141,6 +141,45 @@ def test_a_growing_arena_lets_go_of_the_old_one_before_making_the_larger(modules
     assert old_alive and not any(old_alive)  # grown, each time after the old arena was gone
 
 
+def test_graph_replays_of_batches_equal_takes_solved_alone(modules, monkeypatch):  # noqa: F811
+    """The solver's graph path (`ShapeGraphs` over the shared arena's view), with a stand-in capture whose
+    replay re-runs the captured function on its static inputs: shapes eager first, then captured (also while
+    idle) and replayed, equal to each take alone."""
+    from studio.tts.device.cuda_graphs import capture_one_pending
+    from studio.tts.flow.streaming import incremental
+    from tests.tts.test_encoder_graphs import replaying_capture
+
+    flow, _ = modules
+    solo = drive_solo(flow)
+    solver = EstimatorSolver(flow.decoder, graphs=True, capture=replaying_capture)
+
+    def capture(run, device, pool, context=None, warmup=1):  # a capture runs nothing: the arena is untouched
+        assert warmup == 0
+        arena = (solver._arena.kv.clone(), solver._arena.tails.clone())
+        made = replaying_capture(run, device, pool)
+        solver._arena.kv.copy_(arena[0])
+        solver._arena.tails.copy_(arena[1])
+        return made
+
+    solver._graphs._capture = capture
+    flow.decoder._solver = solver
+    monkeypatch.setattr(incremental, "solver_for", lambda _cfm: solver)
+    try:
+        with torch.inference_mode():
+            first = drive_batched(flow, solver)
+        while capture_one_pending():  # what the idle scheduler does between takes (its own thread's mode)
+            pass
+        with torch.inference_mode():
+            again = drive_batched(flow, solver)
+    finally:
+        flow.decoder._solver = None
+    assert solver._graphs.enabled and solver.captures >= 1 and len(solver._graphs) == solver.captures
+    for batched in (first, again):
+        for take_solo, take_batched in zip(solo, batched, strict=True):
+            for ours, theirs in zip(take_batched, take_solo, strict=True):
+                assert relative_error(ours, theirs) < 1e-5
+
+
 def test_a_small_budget_splits_batches_without_changing_results(modules):  # noqa: F811
     flow, _ = modules
     solo = drive_solo(flow)

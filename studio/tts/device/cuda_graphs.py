@@ -6,6 +6,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -41,20 +42,45 @@ def capture_graph(
 
     Returns (graph, what the captured call returned, the pool). Capture is thread-local: other takes'
     threads keep launching work (LM, flow, HiFT) while this thread captures.
+
+    Not through ``torch.cuda.graph``: its entry synchronises the device and empties both caching allocators.
+    Under load that waits for every queued tick, and the next pinned copy of every take (`transfer`) then
+    allocates anew, which waits for the GPU's whole queue again. A capture records kernels without running
+    them, so nothing queued needs to finish first; its stream is the same for every capture of the device,
+    as pools shared between graphs want, and one capture at a time uses it (a process-wide lock).
     """
     context = context if context is not None else nullcontext()
-    side = torch.cuda.Stream(device=device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side), context:
-        for _ in range(warmup):
-            run()
-    torch.cuda.current_stream(device).wait_stream(side)
-    if pool is None:
-        pool = torch.cuda.graph_pool_handle()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"), context:
-        output = run()
+    current = torch.cuda.current_stream(device)
+    with _capture_lock:
+        side = _capture_stream(device)
+        if warmup:
+            side.wait_stream(current)
+            with torch.cuda.stream(side), context:
+                for _ in range(warmup):
+                    run()
+            current.wait_stream(side)
+        if pool is None:
+            pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(side), context:
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                output = run()
+            finally:
+                graph.capture_end()
     return graph, output, pool
+
+
+_capture_lock = threading.RLock()
+_capture_streams: dict[int, torch.cuda.Stream] = {}  # device index -> the stream its graphs are captured on
+
+
+def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _capture_streams.get(index)
+    if stream is None:
+        stream = _capture_streams[index] = torch.cuda.Stream(device=index)
+    return stream
 
 
 def bucket_batch(size: int) -> int:
@@ -74,6 +100,8 @@ class ShapeGraphs:
 
     - The first `eager_first` calls of a key run eagerly: a shape seen once (a long prompt, an odd batch)
       costs no capture; one that recurs is captured at its next call, without a warm-up pass.
+    - Or earlier, while the GPU's worker is idle (`capture_one_pending`): a key that ran eagerly keeps a
+      copy of its inputs, and is captured from them without a warm-up pass, off any take's path.
     - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
       safe because calls are serialised and outputs are cloned before the next replay.
     - New weights (`fingerprint`: moved or cast) drop every graph.
@@ -100,9 +128,12 @@ class ShapeGraphs:
         self._capture = capture
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._seen: OrderedDict[tuple, int] = OrderedDict()  # eager calls per key not captured yet
+        # key -> (inputs, context, inference mode): for a capture while idle, as the eager call ran
+        self._pending: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
         self._pool = None
         self._fingerprint: tuple | None = None
+        _all.add(self)
 
     def __call__(
         self,
@@ -126,7 +157,13 @@ class ShapeGraphs:
                     self._seen[key] = seen + 1
                     while len(self._seen) > 8 * self.max_graphs:
                         self._seen.popitem(last=False)
+                    inference = torch.is_inference_mode_enabled()
+                    self._pending[key] = (tuple(tensor.clone() for tensor in inputs), context, inference)
+                    self._pending.move_to_end(key)
+                    while len(self._pending) > self.max_graphs:
+                        self._pending.popitem(last=False)
                     return self.run(inputs)
+                self._pending.pop(key, None)
                 captured = self._new_graph(key, inputs, context, warmup=0 if seen else 1)
                 if captured is None:
                     return self.run(inputs)
@@ -136,10 +173,33 @@ class ShapeGraphs:
             captured.graph.replay()
             return tuple(tensor.clone() for tensor in captured.outputs)
 
+    def __len__(self) -> int:
+        """Graphs kept."""
+        return len(self._graphs)
+
+    def pending(self) -> int:
+        """Keys that ran eagerly and could be captured now (`capture_pending`)."""
+        return len(self._pending) if self.enabled else 0
+
+    def capture_pending(self) -> bool:
+        """Capture the most recent key that ran eagerly, from its inputs then and in its inference mode (the
+        function may write into inference tensors, e.g. the solver's arena), without a warm-up pass (the eager
+        call made its lazy state). False when there was none. Call it only where no take waits for the GPU."""
+        with self._lock:
+            if not self.enabled or not self._pending:
+                return False
+            key, (inputs, context, inference) = self._pending.popitem(last=True)
+            self._seen.pop(key, None)
+            if key not in self._graphs:
+                with torch.inference_mode(inference):
+                    self._new_graph(key, inputs, context, warmup=0)
+            return True
+
     def drop(self) -> None:
         """Forget every graph (a pool whose graphs are all gone cannot take a new capture: a new one)."""
         self._graphs.clear()
         self._seen.clear()
+        self._pending.clear()
         self._pool = None
 
     def _new_graph(
@@ -169,3 +229,17 @@ class ShapeGraphs:
             self.name, key, time.monotonic() - started, len(self._graphs),
         )  # fmt: skip
         return captured
+
+
+_all: weakref.WeakSet[ShapeGraphs] = weakref.WeakSet()
+
+
+def pending_captures() -> int:
+    """Keys of every `ShapeGraphs` of this process that ran eagerly and could be captured now."""
+    return sum(graphs.pending() for graphs in list(_all))
+
+
+def capture_one_pending() -> bool:
+    """Capture one key that ran eagerly, of whichever `ShapeGraphs` has one (the flow's scheduler calls this
+    while idle, so that a shape's capture is not paid by the next take that meets it). False: none."""
+    return any(graphs.capture_pending() for graphs in list(_all))

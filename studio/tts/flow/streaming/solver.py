@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from studio import envs
-from studio.tts.device.cuda_graphs import autocast_context, bucket_batch, capture_graph
+from studio.tts.device.cuda_graphs import ShapeGraphs, autocast_context, bucket_batch, capture_graph
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -41,9 +40,12 @@ from studio.tts.flow.streaming.batched_solve import (
 
 log = logging.getLogger(__name__)
 
-# A batch shape runs eagerly this many times before it is captured: a capture cost 0.8-1.6 s on the H200 (with
-# its warm-up pass), an eager solve ~0.2 s, and shapes seen once (a tail chunk's odd length) are common
+# A batch shape runs eagerly this many times before it is captured (at its next call, or while the flow's
+# scheduler is idle): a capture cost 0.8-1.6 s on the H200 with its warm-up pass, 0.2-0.5 s without, an eager
+# solve ~0.2 s, and shapes seen once (a tail chunk's odd length) are common. At least 1: a capture then needs
+# no warm-up pass, which would write into the arena between `_copy_in` and the replay.
 EAGER_FIRST = 1
+SOLVE_GRAPHS_KEPT = 48
 # Takes per solve: on the H200 at 64 streams 32 gave 43.5 audio-s/s against 38.6 for 16 (benchmarks/README.md)
 DEFAULT_MAX_BATCH = 32
 
@@ -81,13 +83,6 @@ def _env_number(var: envs.EnvVar, default: float) -> float:
 
 
 @dataclass
-class _Captured:
-    graph: torch.cuda.CUDAGraph
-    io: SolveInputs
-    output: torch.Tensor
-
-
-@dataclass
 class _Batch:
     requests: list[SolveRequest]
     rows: int  # padded batch size
@@ -107,7 +102,12 @@ class EstimatorSolver:
     """
 
     def __init__(
-        self, cfm: nn.Module, graphs: bool, max_batch: int | None = None, budget_bytes: int | None = None
+        self,
+        cfm: nn.Module,
+        graphs: bool,
+        max_batch: int | None = None,
+        budget_bytes: int | None = None,
+        capture=capture_graph,
     ):
         self.cfm = cfm
         self.estimator = cfm.estimator
@@ -122,11 +122,10 @@ class EstimatorSolver:
         self._busy = False
         self._condition = threading.Condition()
         self._arena: WorkArena | None = None
-        self._captured: dict[tuple, _Captured] = {}
-        self._eager_runs: dict[tuple, int] = {}  # shapes not captured yet: eager solves so far
-        self._pool = None
-        self._fingerprint: tuple | None = None
-        self.captures = 0  # CUDA graphs captured (each costs about one eager pass plus the capture)
+        self._graphs = ShapeGraphs(
+            "flow solve", self._solve_static, SOLVE_GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
+        )
+        self._graphs_on_cpu = capture is not capture_graph  # a stand-in capture (tests): graphs anywhere
         self.batches = 0  # solves run, and requests served (batching shows as requests > batches)
         self.requests = 0
 
@@ -291,18 +290,10 @@ class EstimatorSolver:
         else:
             arena = self._arena_for(batch, device)
         io = batch_inputs(self.cfm, self.layout, batch.requests, batch.rows, batch.frames, batch.cap, device)
-        output = None
-        if self.graphs and device.type == "cuda" and not batch.oversize:
-            try:
-                output = self._replay(batch, arena, io)
-            except RuntimeError:  # a failed capture must not fail the take: run eagerly from now on
-                log.warning(
-                    "flow: CUDA-graph capture failed; the flow continues without graphs", exc_info=True
-                )
-                self.graphs = False
-                self._drop_graphs()
-        if output is None:
-            self._copy_in(batch, arena)
+        self._copy_in(batch, arena)  # a capture runs no pass (EAGER_FIRST): the arena stays as copied
+        if self.graphs and (device.type == "cuda" or self._graphs_on_cpu) and not batch.oversize:
+            output = self._replay(batch, io)  # a failed capture leaves the graphs off: eager from then on
+        else:
             output = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
         self._copy_out(batch, arena, output)
         self.batches += 1
@@ -317,7 +308,7 @@ class EstimatorSolver:
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             log.info(
                 "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
-                rows_total, cap, len(self._captured),
+                rows_total, cap, len(self._graphs),
             )  # fmt: skip
             arena = self._arena = None  # freed before the larger one is made, not beside it
             self._drop_graphs()  # the old arena's graphs die with it
@@ -326,10 +317,13 @@ class EstimatorSolver:
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
         return WorkArena(arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows])
 
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured (each costs about one eager pass plus the capture)."""
+        return self._graphs.captures
+
     def _drop_graphs(self) -> None:
-        self._captured.clear()
-        self._eager_runs.clear()
-        self._pool = None  # a pool whose graphs are all gone cannot take a new capture
+        self._graphs.drop()
 
     def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
         """A zeroed arena of `rows` CFG rows and `cap` context frames."""
@@ -367,50 +361,22 @@ class EstimatorSolver:
             state.mark_tails = None if request.mark is None else arena.tails[:, rows, :, left:].clone()
             request.result = output[b : b + 1, :, : request.frames].clone()
 
-    def _replay(self, batch: _Batch, arena: WorkArena, io: SolveInputs) -> torch.Tensor | None:
-        """The batch's graph replayed (captured if its shape recurs); None: solve it eagerly this time."""
+    def _replay(self, batch: _Batch, io: SolveInputs) -> torch.Tensor:
+        """The batch solved through its shape's CUDA graph (`ShapeGraphs`: eager until the shape recurs)."""
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
-        if fingerprint != self._fingerprint:
-            self._drop_graphs()
-            self._fingerprint = fingerprint
         autocast = torch.is_autocast_enabled("cuda")
         autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
         key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
-        captured = self._captured.get(key)
-        if captured is None:
-            eager = self._eager_runs.get(key, 0)
-            if eager < EAGER_FIRST:
-                self._eager_runs[key] = eager + 1
-                return None
-            started = time.monotonic()
-            # a shape solved eagerly before has made its lazy state (kernel choices, fused weights): no warm-up
-            captured = self._captured[key] = self._capture(
-                arena, io, autocast_dtype, warmup=0 if eager else 1
-            )
-            self._eager_runs.pop(key, None)
-            self.captures += 1
-            log.info(
-                "flow: CUDA graph captured for %d takes x %d frames over %d context frames in %.2f s (%d kept)",
-                batch.rows, batch.frames, batch.cap, time.monotonic() - started, len(self._captured),
-            )  # fmt: skip
-        for name in SolveInputs.__dataclass_fields__:
-            getattr(captured.io, name).copy_(getattr(io, name))
-        self._copy_in(batch, arena)  # after any capture: a warm-up pass writes into the arena
-        captured.graph.replay()
-        return captured.output
+        inputs = tuple(getattr(io, name) for name in SolveInputs.__dataclass_fields__)
+        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
 
-    def _capture(self, arena: WorkArena, io: SolveInputs, autocast_dtype, warmup: int) -> _Captured:
-        static = SolveInputs(**{name: getattr(io, name).clone() for name in SolveInputs.__dataclass_fields__})
-        rate = self.cfm.inference_cfg_rate
-        graph, output, self._pool = capture_graph(
-            lambda: solve_batch(self.estimator, self.layout, rate, arena, static),
-            static.x0.device,
-            self._pool,
-            autocast_context(autocast_dtype),
-            warmup,
-        )
-        return _Captured(graph, static, output)
+    def _solve_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+        """`solve_batch` over the shared arena's view for these inputs' rows and context (what graphs run)."""
+        io = SolveInputs(*inputs)
+        rows, cap = 2 * io.x0.shape[0], io.bias.shape[-1]
+        arena = WorkArena(self._arena.kv[:, :, :, :rows, :, :cap], self._arena.tails[:, :rows])
+        return (solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io),)
 
 
 def _tails_dtype(mu: torch.Tensor) -> torch.dtype:

@@ -1,0 +1,45 @@
+"""`capture_graph` on a GPU: a capture does not wait for the work queued before it, and replays what it recorded.
+
+CUDA only (skipped elsewhere); the GPU steps run it (scripts/gpu/h200-run.sh).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from studio.tts.device.cuda_graphs import capture_graph
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_a_capture_behind_a_second_of_queued_work_neither_waits_for_it_nor_runs_it_out_of_order():
+    device = torch.device("cuda")
+    weight = torch.randn(64, 64, device=device)
+    x = torch.randn(8, 64, device=device)
+    run = lambda: (torch.relu(x @ weight) + 1,)  # noqa: E731
+    capture_graph(run, device, None, warmup=1)  # cuBLAS and the stream made before timing
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work on this thread's stream, as a flow tick
+    x.add_(1)  # queued behind it: the replay must see it
+    started = time.monotonic()
+    graph, (output,), _ = capture_graph(run, device, None, warmup=0)
+    took = time.monotonic() - started
+    graph.replay()
+    torch.cuda.synchronize()
+    assert took < 0.3, f"the capture waited {took:.2f} s for the queued work"
+    assert torch.equal(output, torch.relu(x @ weight) + 1)
+
+
+def test_a_capture_keeps_the_pinned_blocks_the_takes_copies_reuse():
+    """Each take's next copy to or from the GPU (tts/device/transfer.py) would otherwise allocate a new pinned
+    block, and such an allocation waits for the GPU's whole queue."""
+    device = torch.device("cuda")
+    block = torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)
+    del block  # back to the caching host allocator
+    freed = torch.cuda.host_memory_stats()["num_host_free"]
+    x = torch.ones(4, device=device)
+    capture_graph(lambda: (x * 2,), device, None, warmup=1)
+    assert torch.cuda.host_memory_stats()["num_host_free"] == freed
