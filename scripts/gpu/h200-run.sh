@@ -466,6 +466,16 @@ S56)  # stop 22, first machine, after the five part-copy calls: install, capture
   grep -E "capture failed|while idle failed" "$out/bench-stop22-idle-capture-c1-16.log" | head -3
   budget_bench stop22-vram-budget-24 170 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S58)  # stop 22's second try, after the five part-copy calls: S56 again with RAS's graphs taking a new pool when
+      # the tables grow (S56: vLLM's engine died at 16 streams, "use_count > 0" on the old pool's reuse)
+  install
+  timeout 120 python3 -m pytest tests/tts/test_cuda_capture.py tests/tts/test_host_transfer.py \
+    tests/vllm/test_vllm_sampling.py -q -p no:cacheprovider >"$out/pytest-capture.log" 2>&1
+  grep -E "passed|failed|rror|assert" "$out/pytest-capture.log" | tail -8
+  budget_bench stop22-idle-capture-c1-16 140 --warmup-rounds 3 --concurrency 1,16 --log-graphs
+  grep -E "capture failed|while idle failed|INTERNAL ASSERT" "$out/bench-stop22-idle-capture-c1-16.log" | head -3
+  budget_bench stop22-vram-budget-24 170 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
+  ;;
 S57)  # same warm machine: every level with captures while idle, then the LM alone at 1 stream (its part of a
       # first chunk varied 56-90 ms between processes), the GPU's clocks before it
   budget_bench stop22-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs

@@ -44,6 +44,7 @@ class RasGraphs:
         ) + (processor.ring_tokens.shape[1], self._logits.data_ptr())
         if fingerprint != self._fingerprint:
             self._graphs.clear()
+            self._pool = None  # a pool whose graphs are all gone cannot take a new capture: a new one
             self._fingerprint = fingerprint
         self._logits[:n].copy_(logits[:n])
         processor._steps(batch, into=self._steps)
