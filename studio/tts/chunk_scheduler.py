@@ -424,6 +424,15 @@ def scheduler_for(flow: torch.nn.Module) -> ChunkScheduler:
         return scheduler
 
 
+def close_scheduler(flow: torch.nn.Module) -> None:
+    """Stop the flow's scheduler thread, if it has one, once its queue is empty (the model shuts down: a
+    capture while idle still running at the interpreter's exit aborts the process)."""
+    with _schedulers_lock:
+        scheduler = getattr(flow, "_chunk_scheduler", None)
+    if scheduler is not None:
+        scheduler.close()
+
+
 _STATS = (  # name in bench's JSON, attribute
     ("ticks", "ticks"),
     ("jobs", "jobs"),

@@ -23,7 +23,7 @@ import torch
 from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
-from studio.tts.chunk_scheduler import ChunkCancelled
+from studio.tts.chunk_scheduler import ChunkCancelled, close_scheduler
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.loader import load_model_folder_beside, load_spk2info
@@ -128,10 +128,12 @@ class CosyVoice2:
                 log.warning("the warm-up beside vLLM's start failed", exc_info=True)
 
     def close(self) -> None:
-        """Shut the token backend down (the vLLM engine holds processes and GPU memory); idempotent."""
+        """Shut the token backend down (the vLLM engine holds processes and GPU memory) and the flow's
+        scheduler thread; idempotent."""
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
+        close_scheduler(self.model.flow)
 
     # -- saved voices ------------------------------------------------------------------------------
     def list_available_spks(self) -> list[str]:

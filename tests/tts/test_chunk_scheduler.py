@@ -12,7 +12,13 @@ import time
 import pytest
 import torch
 
-from studio.tts.chunk_scheduler import IDLE_CAPTURE_SECONDS, ChunkCancelled, ChunkScheduler
+from studio.tts.chunk_scheduler import (
+    IDLE_CAPTURE_SECONDS,
+    ChunkCancelled,
+    ChunkScheduler,
+    close_scheduler,
+    scheduler_for,
+)
 from studio.tts.device import flow_turn
 from studio.tts.device.cuda_graphs import ShapeGraphs
 from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
@@ -459,18 +465,25 @@ def test_takes_started_together_get_the_gpu_turn_for_their_shared_first_tick(mod
         turn.close()
 
 
-def test_idle_it_captures_pending_graphs_unless_a_first_chunk_is_awaited(modules, scheduler):  # noqa: F811
-    """A shape that ran eagerly is captured by the idle scheduler (not by the next take that meets it), but
-    never while a started take waits for its first chunk: that chunk would wait behind the capture."""
-    flow, hift = modules
-    captured = []
+def _counting_capture(captured: list[int]):
+    """A capture that runs the function once and replays nothing, recording each capture's warm-up passes."""
 
     def capture(run, device, pool, context=None, warmup=1):
         captured.append(warmup)
         outputs = run()
         return type("Graph", (), {"replay": lambda self: None})(), outputs, pool
 
-    graphs = ShapeGraphs("test", lambda inputs: (inputs[0] * 2,), eager_first=1, capture=capture)
+    return capture
+
+
+def test_idle_it_captures_pending_graphs_unless_a_first_chunk_is_awaited(modules, scheduler):  # noqa: F811
+    """A shape that ran eagerly is captured by the idle scheduler (not by the next take that meets it), but
+    never while a started take waits for its first chunk: that chunk would wait behind the capture."""
+    flow, hift = modules
+    captured = []
+    graphs = ShapeGraphs(
+        "test", lambda inputs: (inputs[0] * 2,), eager_first=1, capture=_counting_capture(captured)
+    )
     done = make_stream(flow, hift, 25, 1, scheduled=True)
     done.chunk(speech_tokens(40, 9)[: done.tokens_needed()])  # the scheduler's thread runs, then idles
     graphs(("a",), (1,), (torch.ones(2),))  # ran eagerly: pending
@@ -482,3 +495,27 @@ def test_idle_it_captures_pending_graphs_unless_a_first_chunk_is_awaited(modules
     while graphs.pending() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert graphs.pending() == 0 and captured == [0] and scheduler.idle_captures >= 1
+
+
+def test_the_models_close_stops_the_flows_scheduler_which_then_captures_nothing(tiny_cosyvoice, modules):  # noqa: F811
+    """A capture while idle still running when the interpreter exits aborts the process (stop 22's bench
+    ended in "terminate called without an active exception"): the model's close ends the thread first."""
+    flow, hift = modules
+    own = scheduler_for(flow)
+    stream = make_stream(flow, hift, 25, 1, scheduled=True)
+    stream.chunk(speech_tokens(40, 9)[: stream.tokens_needed()])
+    assert own._thread.is_alive()
+    close_scheduler(flow)
+    assert not own._thread.is_alive()
+    captured = []
+    graphs = ShapeGraphs(
+        "test", lambda inputs: (inputs[0] * 2,), eager_first=1, capture=_counting_capture(captured)
+    )
+    graphs(("a",), (1,), (torch.ones(2),))  # ran eagerly: pending, and no thread left to capture it
+    time.sleep(4 * IDLE_CAPTURE_SECONDS)
+    assert graphs.pending() == 1 and not captured
+    model_flow = tiny_cosyvoice.model.flow
+    model_scheduler = scheduler_for(model_flow)
+    model_scheduler._start()
+    tiny_cosyvoice.close()
+    assert not model_scheduler._thread.is_alive() and model_scheduler._closed
