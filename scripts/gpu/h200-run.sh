@@ -476,6 +476,14 @@ S58)  # stop 22's second try, after the five part-copy calls: S56 again with RAS
   grep -E "capture failed|while idle failed|INTERNAL ASSERT" "$out/bench-stop22-idle-capture-c1-16.log" | head -3
   budget_bench stop22-vram-budget-24 170 --warmup-rounds 2 --concurrency 16,32 --vram-budget 24
   ;;
+S59)  # stop 22, a fresh machine after the five part-copy calls: cold and warm start, then every level again
+      # with the scheduler closed with the model (S57's bench aborted at exit: an idle capture at shutdown)
+  install
+  cold_and_warm_starts stop22-start 120
+  budget_bench stop22-levels-again 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
+  echo "bench rc $? (S57: aborted at exit)"
+  grep -E "terminate called|Aborted" "$out/bench-stop22-levels-again.log" | head -2
+  ;;
 S57)  # same warm machine: every level with captures while idle, then the LM alone at 1 stream (its part of a
       # first chunk varied 56-90 ms between processes), the GPU's clocks before it
   budget_bench stop22-levels 420 --warmup-rounds 3 --concurrency 1,4,16,32,64 --log-graphs
