@@ -18,7 +18,9 @@ from pathlib import Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny")
     parser.add_argument("--model", type=Path, help="an existing Whisper folder instead of building one")
     parser.add_argument("--seconds", type=float, default=10.0)

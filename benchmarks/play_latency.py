@@ -70,7 +70,9 @@ class SoundWatch:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
@@ -98,7 +100,7 @@ def run(args, work: Path, fifo: Path) -> int:
     from studio.gui.app import create_window
     from studio.settings import Settings
 
-    app = QApplication(sys.argv)
+    app = QApplication(sys.argv)  # noqa: F841 - kept alive while the window runs
     watch = SoundWatch(fifo)  # opens once pulse writes; pulse opens the FIFO at load
     window = create_window(Settings(model_dir="", output_dir=str(work / "takes"), asr_model=""))
     window.show()
@@ -110,7 +112,9 @@ def run(args, work: Path, fifo: Path) -> int:
         loop.exec()
 
     rate = 24000
-    take = window.store.add((0.3 * synthetic_voice(rate, 3.0)).astype(np.float32), rate, text="a take to play")
+    take = window.store.add(
+        (0.3 * synthetic_voice(rate, 3.0)).astype(np.float32), rate, text="a take to play"
+    )
     window.takes_panel.refresh(select=take.id)
     window.voice_panel.set_recording(0.4 * synthetic_voice(16000, 4.0), 16000, origin="reference")
     deadline = time.monotonic() + 60
@@ -145,7 +149,9 @@ def run(args, work: Path, fifo: Path) -> int:
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "output_device": device,
         "trials": args.trials,
-        "ms": {name: {"median": statistics.median(d), "max": max(d), "all": d} for name, d in results.items()},
+        "ms": {
+            name: {"median": statistics.median(d), "max": max(d), "all": d} for name, d in results.items()
+        },
     }
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

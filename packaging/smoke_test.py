@@ -84,7 +84,9 @@ def main() -> int:
     default = Path(sys.executable).with_name("cosyvoice-studio")
     parser.add_argument("--launcher", default=str(default))
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--model", help="a model folder the engine process must load (e.g. make-model's tiny)")
+    parser.add_argument(
+        "--model", help="a model folder the engine process must load (e.g. make-model's tiny)"
+    )
     args = parser.parse_args()
     passed, output = smoke(args.launcher, args.timeout, args.model)
     print(output)
