@@ -425,11 +425,9 @@ def scheduler_for(flow: torch.nn.Module) -> ChunkScheduler:
 
 
 def close_scheduler(flow: torch.nn.Module) -> None:
-    """Stop the flow's scheduler thread, if it has one, once its queue is empty (the model shuts down: a
-    capture while idle still running at the interpreter's exit aborts the process)."""
-    with _schedulers_lock:
-        scheduler = getattr(flow, "_chunk_scheduler", None)
-    if scheduler is not None:
+    """Stop the flow's scheduler thread once its queue is empty (the model shuts down: an idle capture still
+    running at the interpreter's exit aborts the process)."""
+    if (scheduler := getattr(flow, "_chunk_scheduler", None)) is not None:
         scheduler.close()
 
 
