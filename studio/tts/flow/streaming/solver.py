@@ -112,7 +112,7 @@ class EstimatorSolver:
         self.cfm = cfm
         self.estimator = cfm.estimator
         self.layout = Layout(self.estimator)
-        self.wants_graphs = self.graphs = graphs  # `graphs` turns False if a capture ever fails
+        self.graphs = graphs  # a capture that fails switches `_graphs` off (eager from then on), not this
         self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
         self.max_batch = int(max_batch or _env_number(envs.FLOW_MAX_BATCH, DEFAULT_MAX_BATCH))
         if self.max_batch < 1:
@@ -311,7 +311,7 @@ class EstimatorSolver:
                 rows_total, cap, len(self._graphs),
             )  # fmt: skip
             arena = self._arena = None  # freed before the larger one is made, not beside it
-            self._drop_graphs()  # the old arena's graphs die with it
+            self._graphs.drop()  # the old arena's graphs die with it
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
@@ -321,9 +321,6 @@ class EstimatorSolver:
     def captures(self) -> int:
         """CUDA graphs captured (each costs about one eager pass plus the capture)."""
         return self._graphs.captures
-
-    def _drop_graphs(self) -> None:
-        self._graphs.drop()
 
     def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
         """A zeroed arena of `rows` CFG rows and `cap` context frames."""
@@ -392,7 +389,7 @@ def solver_for(cfm: nn.Module) -> EstimatorSolver:
     with _solvers_lock:
         graphs = getattr(cfm, "graphs", None) is not None
         solver = getattr(cfm, "_solver", None)
-        if solver is None or solver.wants_graphs != graphs:
+        if solver is None or solver.graphs != graphs:
             solver = cfm._solver = EstimatorSolver(cfm, graphs)
         return solver
 
