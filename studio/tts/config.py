@@ -114,6 +114,10 @@ MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 10**18
 _ARITHMETIC_TEXT = re.compile(r"[\d\s.eE+\-*/%()]+")
+#: Bound on the values a yaml expands to once its aliases and !refs are unfolded. The official yaml has a
+#: few hundred; a "billion laughs" yaml (nested aliases) would have billions. Aliased nodes are shared,
+#: never copied, so resolving costs the yaml's size; this bound protects what walks the sections later.
+MAX_EXPANDED_VALUES = 200_000
 
 
 class ExpressionTooLarge(ArithmeticError):
@@ -172,8 +176,12 @@ class ModelConfig:
         self._resolving: set[str] = set()
         self.values: dict[str, Any] = {}
         self._raw = raw
+        # id(raw node) -> its resolved value: an alias is one node in PyYAML, resolved once and shared.
+        self._resolved: dict[int, Any] = {}
+        self._walking: set[int] = set()
         for key in raw:
             self.values[key] = self._resolve_key(key)
+        _check_expanded_size(self.values, self.path)
 
     # -- reference resolution -------------------------------------------------------------------
     def _resolve_key(self, key: str) -> Any:
@@ -201,13 +209,26 @@ class ModelConfig:
     def _resolve(self, value: Any) -> Any:
         if isinstance(value, Ref):
             return self._resolve_ref(value.expression)
-        if isinstance(value, Tagged):
-            return Tagged(value.kind, value.target, self._resolve(value.args), self._resolve(value.kwargs))
-        if isinstance(value, dict):
-            return {k: self._resolve(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._resolve(v) for v in value]
-        return value
+        if not isinstance(value, (Tagged, dict, list)):
+            return value
+        node = id(value)
+        if node in self._resolved:
+            return self._resolved[node]
+        if node in self._walking:
+            raise ConfigError(self.path, "a yaml alias contains itself (a recursive anchor)")
+        self._walking.add(node)
+        try:
+            if isinstance(value, Tagged):
+                args, kwargs = self._resolve(value.args), self._resolve(value.kwargs)
+                resolved: Any = Tagged(value.kind, value.target, args, kwargs)
+            elif isinstance(value, dict):
+                resolved = {k: self._resolve(v) for k, v in value.items()}
+            else:
+                resolved = [self._resolve(v) for v in value]
+        finally:
+            self._walking.discard(node)
+        self._resolved[node] = resolved
+        return resolved
 
     def _resolve_ref(self, expression: str) -> Any:
         whole = _REF_PATTERN.fullmatch(expression.strip())
@@ -281,6 +302,38 @@ class ModelConfig:
             ) from exc
 
 
+def _check_expanded_size(values: dict, path: Path) -> None:
+    """Raise `ConfigError` when ``values`` unfold (aliases and references copied out) past the bound.
+
+    Shared nodes are counted once per path through them, from a memo, so this costs the yaml's size.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if isinstance(value, Tagged):
+            children: list = [value.args, value.kwargs]
+        elif isinstance(value, dict):
+            children = list(value.values())
+        elif isinstance(value, list):
+            children = value
+        else:
+            return 1
+        node = id(value)
+        if node not in sizes:
+            sizes[node] = 0  # a cycle through !ref counts as nothing more; the walk below cannot loop
+            total = 1 + sum(size(child) for child in children)
+            if total > MAX_EXPANDED_VALUES:
+                raise ConfigError(
+                    path,
+                    f"its aliases and references expand to more than {MAX_EXPANDED_VALUES:,} values "
+                    "(nested yaml aliases?)",
+                )
+            sizes[node] = total
+        return sizes[node]
+
+    size(values)
+
+
 def _shorten(expression: str, limit: int = 60) -> str:
     """The expression quoted for a message, cut to ``limit`` characters (hostile ones run long)."""
     return repr(expression if len(expression) <= limit else expression[:limit] + "...")
@@ -311,10 +364,15 @@ def read_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Mo
         raw = yaml.load(text, Loader=_HyperLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(path, f"is not valid yaml: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(path, "is not valid yaml: nested too deeply") from exc
     if not isinstance(raw, dict):
         raise ConfigError(path, "expected a mapping of hyperparameters at the top level")
     raw.update(overrides or {})
-    config = ModelConfig(raw, path)
+    try:
+        config = ModelConfig(raw, path)
+    except RecursionError as exc:
+        raise ConfigError(path, "its values are nested too deeply (a recursive alias?)") from exc
     for section in MODEL_SECTIONS:
         config._section(section)
     return config

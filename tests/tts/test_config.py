@@ -124,3 +124,44 @@ def test_long_arithmetic_and_division_by_zero_are_config_errors(tmp_path):
         read_config(path)
     path.write_text(render_yaml(TINY_DIMENSIONS) + "ok: !ref 2 ** 10 * <sample_rate> - 3 ** 4\n")
     assert read_config(path)["ok"] == 2**10 * 24000 - 81
+
+
+def _billion_laughs(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, levels + 1):
+        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("where", ["top", "section"])
+def test_billion_laughs_is_refused_quickly_naming_the_file(tmp_path, where):
+    path = tmp_path / "cosyvoice2.yaml"
+    bomb = _billion_laughs()
+    if where == "section":
+        bomb += "extra: !ref <l9>\n"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + bomb)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="expand to more than") as info:
+        read_config(path)
+    assert time.monotonic() - start < 2
+    assert info.value.path == path
+
+
+def test_small_aliases_are_shared_and_still_resolve(tmp_path):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + "a: &a [1, 2, !ref <sample_rate>]\nb: [*a, *a]\n")
+    config = read_config(path)
+    assert config["b"] == [[1, 2, 24000], [1, 2, 24000]]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "text", ["rec: &r [1, *r]\n", "rec: &r {x: *r}\n", "deep: " + "[" * 5000 + "]" * 5000 + "\n"]
+)
+def test_recursive_or_deep_yaml_names_the_file(tmp_path, text):
+    path = tmp_path / "cosyvoice2.yaml"
+    path.write_text(render_yaml(TINY_DIMENSIONS) + text)
+    with pytest.raises(ConfigError) as info:
+        read_config(path)
+    assert info.value.path == path and "cosyvoice2.yaml" in str(info.value)
