@@ -210,3 +210,21 @@ def test_a_text_is_normalised_once_then_served_from_the_cache(monkeypatch):
     assert seen == ["Take 3 of 12 dollars."]  # wetext ran once for four normalisations and a split
     normalizer.normalize("Another 7.")
     assert seen == ["Take 3 of 12 dollars.", "Another 7."]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("See reference [1] for details.", "See reference [1] for details."),
+        ("[3db]", "[3db]"),
+        ("I paid 42 dollars. See [2]. Then 3 more.", "I paid forty two dollars. See [2]. Then three more."),
+    ],
+)
+def test_a_normaliser_failure_falls_back_to_the_sentence_as_written(text, expected, caplog):
+    from studio.tts.frontend.text_normalize import TextNormalizer
+
+    normalizer = TextNormalizer()
+    with caplog.at_level("WARNING", logger="studio.tts.frontend.text_normalize"):
+        assert normalizer.normalize(text) == (expected, "en")
+        assert normalizer.split(text, len)
+    assert "spoken as written" in caplog.text

@@ -9,10 +9,13 @@ upstream's extra inflect pass only catches digits wetext leaves, and is not repr
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 import unicodedata
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 TOKEN_MAX_N, TOKEN_MIN_N, MERGE_LEN = 80, 60, 20
 NORMALIZED_CACHE = 1024  # texts whose normalisation is kept
@@ -100,6 +103,34 @@ def split_paragraph(
     return pieces
 
 
+_SENTENCE = re.compile(r"[^.!?;。！？；]+[.!?;。！？；]*|[.!?;。！？；]+")
+
+
+def _guarded(normalize: Callable[[str], str], text: str, joiner: str) -> str:
+    """``normalize(text)``; where wetext fails (it asserts on "[1]"), each sentence alone, a failing one as written.
+
+    User text must never fail a take: a sentence wetext cannot read is spoken unnormalised, and logged.
+    """
+    try:
+        return normalize(text)
+    except Exception:  # noqa: BLE001 - wetext's own asserts and errors on odd input
+        pass
+    pieces = []
+    for sentence in (m.group().strip() for m in _SENTENCE.finditer(text)):
+        if not sentence:
+            continue
+        try:
+            pieces.append(normalize(sentence))
+        except Exception as exc:  # noqa: BLE001
+            log.warning(
+                "text normaliser failed on %r (%s); it is spoken as written",
+                sentence[:80],
+                str(exc) or type(exc).__name__,
+            )
+            pieces.append(sentence)
+    return joiner.join(pieces)
+
+
 class TextNormalizer:
     """wetext normalisers for zh and en (built on first use; thread-safe) plus upstream's clean-ups."""
 
@@ -123,8 +154,8 @@ class TextNormalizer:
         """(normalised text, language 'zh' or 'en') for stripped, non-empty text; `normalize` is it, cached."""
         zh, en = self._models()
         if contains_chinese(text):
-            return _clean_chinese(zh.normalize(text)), "zh"
-        return en.normalize(text), "en"
+            return _clean_chinese(_guarded(zh.normalize, text, "")), "zh"
+        return _guarded(en.normalize, text, " "), "en"
 
     def split(self, text: str, count_tokens: Callable[[str], int]) -> list[str]:
         """Normalise, then cut into upstream's sentence pieces (sized by `count_tokens`); drop bare punctuation."""
