@@ -6,12 +6,16 @@ Each voice is a folder ``<slug>/`` holding ``prompt.wav`` (the cleaned prompt th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +30,16 @@ class VoiceError(Exception):
 
 class VoiceExistsError(VoiceError):
     """A voice of that name is already saved (save again with ``overwrite=True`` to replace it)."""
+
+
+class VoiceBusyError(VoiceError):
+    """Another save of a voice of that name held its claim for longer than `CLAIM_WAIT_S`."""
+
+
+MAX_NAME_CHARS = 100
+CLAIM_WAIT_S = 10.0  # how long a save waits for a concurrent save of the same name
+STALE_CLAIM_S = 60.0  # a claim this old was left by a process that died while saving
+_VOICE_ID = re.compile(r"[^\W_][\w-]{0,79}")  # what slugify makes (and "-2" suffixes): never a path
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,18 @@ class Voice:
 def same_name(a: str, b: str) -> bool:
     """Two voice names name one voice when they differ only in case and spacing."""
     return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def check_name(name: str) -> str:
+    """``name`` stripped; a `VoiceError` when it is empty, too long or holds control characters."""
+    name = (name or "").strip()
+    if not name:
+        raise VoiceError("a voice needs a name")
+    if len(name) > MAX_NAME_CHARS:
+        raise VoiceError(f"a voice name has at most {MAX_NAME_CHARS} characters (this one has {len(name)})")
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
+        raise VoiceError("a voice name cannot hold control characters")
+    return name
 
 
 def slugify(name: str) -> str:
@@ -75,48 +101,87 @@ class VoiceLibrary:
         """
         from studio.audio.export import encode_audio
 
-        name = name.strip()
-        if not name:
-            raise VoiceError("a voice needs a name")
+        name = check_name(name)
         prompt = np.asarray(prompt, dtype=np.float32).reshape(-1)
         if prompt.size == 0:
             raise VoiceError("a voice needs prompt audio")
-        existing = next((v for v in self.list() if same_name(v.name, name)), None)
-        if existing is not None and not overwrite:
-            raise VoiceExistsError(f"a voice named {existing.name!r} already exists")
-        slug = existing.slug if existing is not None else self._free_slug(slugify(name))
-        target = self.folder / slug
-        voice = Voice(
-            name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate
-        )
         files = {"prompt.wav": encode_audio(prompt, sample_rate, "WAV", "FLOAT")}
         if original is not None:
             original = np.asarray(original, dtype=np.float32).reshape(-1)
             files["original.wav"] = encode_audio(original, original_rate or sample_rate, "WAV", "FLOAT")
-        files["voice.json"] = json.dumps(asdict(voice), indent=2, ensure_ascii=False).encode()
-        staging = None
         try:
             ensure_folder(self.folder)
+            with self._claim(name) as existing:
+                if existing is not None and not overwrite:
+                    raise VoiceExistsError(f"a voice named {existing.name!r} already exists")
+                slug = existing.slug if existing is not None else self._reserve_slug(slugify(name))
+                voice = Voice(
+                    name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate
+                )
+                files["voice.json"] = json.dumps(asdict(voice), indent=2, ensure_ascii=False).encode()
+                try:
+                    self._write(slug, files)
+                except OSError:
+                    if existing is None:
+                        shutil.rmtree(self.folder / slug, ignore_errors=True)  # the folder reserved for it
+                    raise
+        except OSError as exc:
+            raise disk_error(exc, self.folder) from exc
+        return voice
+
+    def _write(self, slug: str, files: dict[str, bytes]) -> None:
+        """The voice's files into its folder: written to a staging folder, the old folder moved aside and the
+        new one renamed into place (``voice.json`` of a half-made folder never exists)."""
+        target, staging, old = self.folder / slug, None, None
+        try:
             staging = Path(tempfile.mkdtemp(prefix=f".{slug}.", dir=self.folder))
             for file_name, payload in files.items():
                 (staging / file_name).write_bytes(payload)
-            if target.exists():
-                shutil.rmtree(target)
+            old = Path(tempfile.mkdtemp(prefix=f".{slug}.old.", dir=self.folder))
+            try:
+                os.replace(target, old / "voice")  # the reserved (empty) folder, or the voice replaced
+            except FileNotFoundError:
+                pass  # deleted meanwhile: saved anew
             os.replace(staging, target)
-        except OSError as exc:
-            raise disk_error(exc, self.folder) from exc
         finally:
-            if staging is not None and staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-        return voice
+            for leftover in (staging, old):
+                if leftover is not None and leftover.exists():
+                    shutil.rmtree(leftover, ignore_errors=True)
 
-    def _free_slug(self, slug: str) -> str:
-        """``slug``, or ``slug-2``, ``slug-3``, ... when another voice's folder has that name."""
+    @contextmanager
+    def _claim(self, name: str) -> Iterator[Voice | None]:
+        """Hold the claim on ``name`` (an exclusively created file, so concurrent saves of one name, in this
+        process or another, take turns) and yield the saved voice of that name, if any."""
+        key = " ".join(name.split()).casefold()
+        path = self.folder / f".claim-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while True:
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                break
+            except FileExistsError:
+                if _age(path) > STALE_CLAIM_S:
+                    path.unlink(missing_ok=True)
+                elif time.monotonic() > deadline:
+                    raise VoiceBusyError(f"the voice {name!r} is being saved by another request") from None
+                else:
+                    time.sleep(0.02)
+        try:
+            yield next((v for v in self.list() if same_name(v.name, name)), None)
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _reserve_slug(self, slug: str) -> str:
+        """``slug``, or ``slug-2``, ``slug-3``, ... when another voice's folder has that name; the folder is
+        created (exclusively) so that no concurrent save takes it too."""
         candidate, number = slug, 1
-        while (self.folder / candidate).exists():
-            number += 1
-            candidate = f"{slug[:60]}-{number}"
-        return candidate
+        while True:
+            try:
+                (self.folder / candidate).mkdir()
+                return candidate
+            except FileExistsError:
+                number += 1
+                candidate = f"{slug[:60]}-{number}"
 
     def list(self) -> list[Voice]:
         """Saved voices by name; damaged folders are skipped."""
@@ -131,12 +196,18 @@ class VoiceLibrary:
         return sorted(voices, key=lambda v: v.name.lower())
 
     def get(self, slug: str) -> Voice:
+        """The voice whose id is exactly ``slug`` (no case folding, no slug resolution)."""
+        if not _VOICE_ID.fullmatch(slug or ""):
+            raise VoiceError(f"no saved voice {slug!r}")
         try:
-            return Voice(**json.loads((self.folder / slugify(slug) / "voice.json").read_text()))
+            voice = Voice(**json.loads((self.folder / slug / "voice.json").read_text()))
         except FileNotFoundError:
             raise VoiceError(f"no saved voice {slug!r}") from None
         except (ValueError, TypeError) as exc:
             raise VoiceError(f"the saved voice {slug!r} is damaged: {exc}") from exc
+        if voice.slug != slug:  # a case-insensitive file system found another spelling
+            raise VoiceError(f"no saved voice {slug!r}")
+        return voice
 
     def load_prompt(self, slug: str) -> tuple[np.ndarray, int, str]:
         """(prompt audio float32, its sample rate, transcript) of a saved voice."""
@@ -163,8 +234,27 @@ class VoiceLibrary:
         return audio, int(rate)
 
     def delete(self, slug: str) -> None:
+        """Remove the voice whose id is exactly ``slug`` (moved aside first: a concurrent reader sees it
+        whole or not at all)."""
         voice = self.get(slug)
-        shutil.rmtree(self.folder / voice.slug)
+        old = None
+        try:
+            old = Path(tempfile.mkdtemp(prefix=f".{slug}.old.", dir=self.folder))
+            os.replace(self.folder / voice.slug, old / "voice")
+        except FileNotFoundError:
+            raise VoiceError(f"no saved voice {slug!r}") from None
+        except OSError as exc:
+            raise disk_error(exc, self.folder) from exc
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def saved_prompt(voice_id: str) -> tuple[np.ndarray, int, str] | None:
