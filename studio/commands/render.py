@@ -126,6 +126,7 @@ def _render(args: argparse.Namespace) -> int:
 
         render = ScriptRender(out, voices, settings, runner.output_rate(loaded.model))
         records = render.plan(read_script(args.script, default), resume=args.resume)
+        _checkpoint(render, records)  # the lines' keys and files: --resume trusts files written after this
         reused = sum(r.done for r in records)
         print(f"{count} lines, {len(used)} voice(s); {reused} unchanged, {count - reused} to render "
               f"({loaded.backend} backend, {args.concurrency} at a time)")  # fmt: skip
@@ -167,25 +168,42 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
             bar.update(1)
             if record.status == "failed":
                 bar.write(f"line {record.number} failed: {record.error}")
-            if time.monotonic() - last_save[0] > max(
-                5.0, 20 * last_save[1]
-            ):  # a killed render keeps its lines
+            # A killed render keeps its lines; an unsaved manifest (a full disk) is retried at every line.
+            if render.unsaved is not None or time.monotonic() - last_save[0] > max(5.0, 20 * last_save[1]):
                 began = time.monotonic()
-                render.save(records)
+                _checkpoint(render, records, bar.write)
                 last_save[:] = [time.monotonic(), time.monotonic() - began]
 
         try:
             render.run(records, synthesize, concurrency, on_line=on_line, cancel=cancel)
         except KeyboardInterrupt:
             cancel.set()
-            render.save(records)
+            _checkpoint(render, records)
             raise
 
 
+def _checkpoint(render, records, say=None, **extra) -> bool:
+    """Save the manifest; on a failing disk say so once and go on (the progress stays in memory)."""
+    was_unsaved = render.unsaved is not None
+    if render.checkpoint(records, **extra):
+        return True
+    if not was_unsaved:
+        (say or (lambda text: print(text, file=sys.stderr)))(
+            f"warning: cannot save {render.folder / 'script.json'} ({render.unsaved}); the render goes on "
+            "and saves it at the next chance"
+        )
+    return False
+
+
 def _report(render, records, elapsed: float, rendered: int, subtitles: bool) -> int:
-    joined = render.join(records, subtitles=subtitles)
+    try:
+        joined = render.join(records, subtitles=subtitles)
+    except OSError:
+        _checkpoint(render, records)
+        raise
     failed = [r for r in records if r.status == "failed"]
-    render.save(records, joined=joined.path.name if joined.path else None, render_seconds=round(elapsed, 3))
+    joined_name = joined.path.name if joined.path else None
+    saved = _checkpoint(render, records, joined=joined_name, render_seconds=round(elapsed, 3))
     audio = sum(r.seconds for r in records if r.status == "rendered")
     per_minute = rendered / elapsed * 60 if elapsed > 0 and rendered else 0.0
     print(f"rendered {rendered - len(failed)} line(s) in {elapsed:.1f} s ({per_minute:.1f} lines/min, "
@@ -197,6 +215,14 @@ def _report(render, records, elapsed: float, rendered: int, subtitles: bool) -> 
         print(f"joined: {joined.path} ({joined.seconds:.1f} s)")
         for path in joined.subtitles:
             print(f"subtitles: {path}")
+    if not saved:
+        where = render.folder / "script.json"
+        print(
+            f"error: {where} could not be saved ({render.unsaved}); the line files are kept: "
+            "free space, then run again with --resume",
+            file=sys.stderr,
+        )
+        return 1
     print(f"manifest: {render.folder / 'script.json'}")
     if failed:
         names = ", ".join(

@@ -74,6 +74,7 @@ class ScriptRender:
         if self.rate:
             self.fmt.check_rate(self.rate)
         self.lines: dict[int, ScriptLine] = {}
+        self.unsaved: OSError | None = None  # why the last checkpoint could not save the manifest
 
     # -- planning ----------------------------------------------------------------------------------
     def voice_of(self, line: ScriptLine) -> VoicePrompt:
@@ -90,7 +91,7 @@ class ScriptRender:
         """One record per line; every voice is checked before anything renders. With ``resume`` a line
         whose key matches a finished line of the earlier render keeps that file (moved if it moved)."""
         before = load_manifest(self.folder) if resume else []
-        earlier = {r.key: r for r in before if r.done}
+        earlier = {r.key: r for r in before if r.done or self._written(r)}
         records = []
         for line in lines:
             voice = self.voice_of(line)
@@ -104,7 +105,28 @@ class ScriptRender:
         for record in records:
             record.file = self.file_name(record.number, len(records))
         self._reuse(records, earlier, before)
+        # A file at a pending line's name is not this line's take: it must not be trusted by a later resume.
+        for record in records:
+            if not record.done:
+                (self.folder / record.file).unlink(missing_ok=True)
         return records
+
+    def _written(self, record: LineRecord) -> bool:
+        """Whether a line the manifest still calls pending or failed has its whole file: a render whose
+        manifest could not be saved (a full disk) wrote it. Files are renamed into place when complete, and
+        `plan` removes what lies at a pending line's name, so a file found there is that line's take."""
+        import soundfile as sf
+
+        if not record.file or not record.key or not (self.folder / record.file).is_file():
+            return False
+        try:
+            info = sf.info(self.folder / record.file)
+        except (OSError, RuntimeError):  # soundfile's LibsndfileError is a RuntimeError
+            return False
+        if info.frames <= 0 or info.samplerate <= 0:
+            return False
+        record.status, record.seconds, record.error = "rendered", info.frames / info.samplerate, ""
+        return True
 
     def _seed(self, line: ScriptLine, old: LineRecord | None) -> int:
         if self.settings.seed is not None:
@@ -251,3 +273,14 @@ class ScriptRender:
 
     def save(self, records: list[LineRecord], **extra) -> Path:
         return save_manifest(self.folder, self.settings, records, {"sample_rate": self.rate, **extra})
+
+    def checkpoint(self, records: list[LineRecord], **extra) -> bool:
+        """`save`, or on a full or failing disk keep the progress in memory (`unsaved` says why) for the next
+        checkpoint: the render goes on with the lines that still fit."""
+        try:
+            self.save(records, **extra)
+        except OSError as exc:
+            self.unsaved = exc
+            return False
+        self.unsaved = None
+        return True

@@ -186,3 +186,71 @@ def test_a_line_put_back_as_it_was_gets_its_take_back_from_superseded(tmp_path, 
     code, third = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--resume")  # the line is back
     assert code == 0 and {x["status"] for x in third["lines"]} == {"reused"}
     assert {x["text"]: (out / x["file"]).read_bytes() for x in third["lines"]} == takes
+
+
+def test_a_manifest_that_cannot_be_saved_stops_nothing_and_resume_keeps_the_lines_written(
+    tmp_path, tiny_model_dir, voices, capsys, monkeypatch
+):
+    import errno
+
+    from studio.script import manifest, render
+
+    real_save, real_write = manifest.atomic_write_bytes, render.write_audio
+    saves = []
+
+    def full_after_the_plan(target, payload):  # the disk fills once the render starts
+        saves.append(target)
+        if len(saves) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        real_save(target, payload)
+
+    def no_room_for_the_third_line(path, *args, **kwargs):
+        if path.name == "003.wav":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(manifest, "atomic_write_bytes", full_after_the_plan)
+    monkeypatch.setattr(render, "write_audio", no_room_for_the_third_line)
+    script = tmp_path / "script.txt"
+    script.write_text(SCRIPT, encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["render", str(script), "--model", str(tiny_model_dir), "--out", str(out), *voices,
+                 "--seed", "7", "--concurrency", "1"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "could not be saved" in err
+    assert sorted(p.name for p in out.glob("0*.wav")) == [
+        "001.wav",
+        "002.wav",
+        "004.wav",
+    ]  # every line was tried
+    takes = {name: (out / name).read_bytes() for name in ("001.wav", "002.wav", "004.wav")}
+
+    monkeypatch.setattr(manifest, "atomic_write_bytes", real_save)
+    monkeypatch.setattr(render, "write_audio", real_write)
+    code, second = _render(tmp_path, tiny_model_dir, voices, SCRIPT, "--resume", "--concurrency", "1")
+    assert code == 0 and "3 unchanged, 1 to render" in capsys.readouterr().out
+    assert [x["status"] for x in second["lines"]] == ["reused", "reused", "rendered", "reused"]
+    assert all((out / name).read_bytes() == take for name, take in takes.items())
+    assert all(x["seconds"] > 0 for x in second["lines"])
+
+
+def test_a_file_at_a_line_name_that_fails_is_not_left_for_resume_to_trust(
+    tmp_path, tiny_model_dir, voices, monkeypatch
+):
+    from studio.engine import runner
+    from studio.tts.errors import SynthesisError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sf.write(out / "002.wav", np.full(2400, 0.1, np.float32), 24000)  # another script's take
+    real = runner.run_take
+
+    def fails_on_bob(model, request, **kwargs):
+        if "Bob" in request.text:
+            raise SynthesisError("CUDA out of memory while making this take")
+        return real(model, request, **kwargs)
+
+    monkeypatch.setattr(runner, "run_take", fails_on_bob)
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
+    assert code == 1 and manifest["lines"][1]["status"] == "failed"
+    assert not (out / "002.wav").exists()  # a later --resume would have taken it for line 2's take
