@@ -20,6 +20,8 @@ SAMPLE_RATE = 24000
 FAST_FIRST_HOP_TOKENS = 10
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+#: The longest voice prompt CosyVoice2 takes, in seconds: `synth`, `clean`, the studio and the server agree on it.
+MAX_PROMPT_SECONDS = 30.0
 
 
 class Mode(StrEnum):

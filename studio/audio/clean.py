@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from studio.audio import vad
-from studio.audio.errors import ExportError, NoSpeechError, UnsupportedAudioError
+from studio.audio.errors import ExportError, NoSpeechError, PromptTooLongError, UnsupportedAudioError
 from studio.audio.io import (
     MAX_SAMPLE_RATE,
     MIN_SAMPLE_RATE,
@@ -28,12 +28,13 @@ from studio.audio.io import (
     to_dbfs,
     validate_samples,
 )
+from studio.request import MAX_PROMPT_SECONDS
 
 PROMPT_RATE = vad.VAD_RATE
 #: The first seed's prompt level, and the model's prompt length limits.
 TARGET_PEAK_DBFS = -3.0
 MIN_PROMPT_S = 3.0
-MAX_PROMPT_S = 30.0
+MAX_PROMPT_S = MAX_PROMPT_SECONDS
 #: soxr's "very high quality" preset: linear phase, 175 dB stop-band, negligible cost at these lengths.
 RESAMPLE_QUALITY = "VHQ"
 
@@ -266,6 +267,11 @@ def clean_prompt(
                trimmed_start_s=round(start_s, 3), trimmed_end_s=round(total_s - end_s, 3))  # fmt: skip
 
     x = _apply_length_rules(x, report, options)
+    if len(x) / PROMPT_RATE > options.max_s:  # not cut: graded as the prompt it would be, unusable
+        quality.add_problem(
+            "long", f"{len(x) / PROMPT_RATE:.1f} s of speech", f"cut it to at most {options.max_s:g} s"
+        )
+        report.quality = quality.to_dict()
 
     top = peak(x)
     gain = 10.0 ** (options.target_peak_dbfs / 20.0) / top if top > 0 else 1.0
@@ -312,6 +318,14 @@ def clean_file(
     audio = load_audio(source, duration_s=window_s, max_duration_s=None)
     result = clean_prompt(audio.samples, audio.sample_rate, options, name=source.name)
     report = result.report
+    seconds = result.samples.size / result.sample_rate
+    if seconds > min(options.max_s, MAX_PROMPT_SECONDS):  # synth and the studio would refuse the file
+        offer = report.cut_offers[0]["time_s"] if report.cut_offers else None
+        where = f" (the best cut is at {offer:.2f} s)" if offer is not None else ""
+        raise PromptTooLongError(
+            f"{source.name} has {seconds:.1f} s of speech; a prompt takes at most {MAX_PROMPT_SECONDS:g} s. "
+            f"Cut it with --cut auto or --cut SECONDS{where}; nothing was written."
+        )
     report.input = info.to_dict()
     load_summary = f"{info.format} {info.subtype}, {audio.downmix}"
     if window_s is not None:

@@ -52,6 +52,10 @@ class AudioTooLongError(AudioError):
         self.limit_s = limit_s
 
 
+class PromptTooLongError(AudioError):
+    """The cleaned speech is longer than a prompt may be (`studio.request.MAX_PROMPT_SECONDS`); cut it."""
+
+
 class ExportError(AudioError):
     """Writing an audio file failed (disk full, no permission, bad folder); no partial file is left."""
 

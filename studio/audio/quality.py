@@ -31,7 +31,7 @@ _HOP_S = 0.01
 class Problem:
     """One thing wrong with the recording: what, how bad, the figure, and what to do."""
 
-    code: str  # "short", "quiet", "clipped", "noisy", "echo", "pause"
+    code: str  # "short", "quiet", "clipped", "noisy", "echo", "pause", "long"
     severity: str  # USABLE or POOR
     figure: str
     advice: str
@@ -44,6 +44,11 @@ class QualityReport:
     verdict: str
     problems: list[Problem] = field(default_factory=list)
     measures: dict = field(default_factory=dict)
+
+    def add_problem(self, code: str, figure: str, advice: str, severity: str = POOR) -> None:
+        """Add a problem found beyond the recording's own measures; the verdict follows the worst."""
+        self.problems.append(Problem(code, severity, figure, advice))
+        self.verdict = max((self.verdict, severity), key=_RANK.__getitem__)
 
     def to_dict(self) -> dict:
         return asdict(self)

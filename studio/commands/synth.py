@@ -66,7 +66,9 @@ def _read_prompt(path: str):
 
         samples, rate = sf.read(path, dtype="float32", always_2d=True)
         return samples.mean(axis=1), int(rate)
-    audio = load_audio(path, max_duration_s=30.0)
+    from studio.request import MAX_PROMPT_SECONDS
+
+    audio = load_audio(path, max_duration_s=MAX_PROMPT_SECONDS)
     return audio.samples, audio.sample_rate
 
 

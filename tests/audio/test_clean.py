@@ -154,7 +154,9 @@ def test_long_speech_gets_cut_offers_at_pauses_and_auto_cut(tmp_path):
 def test_long_file_is_read_only_up_to_the_limit(tmp_path):
     x, _ = _long_speech()
     sf.write(tmp_path / "long.wav", np.tile(x, 4), 16000)  # ~3 minutes
-    report = clean_file(tmp_path / "long.wav", tmp_path / "out.wav", CleanOptions(max_read_s=35.0))
+    report = clean_file(
+        tmp_path / "long.wav", tmp_path / "out.wav", CleanOptions(max_read_s=35.0, cut="auto")
+    )
     assert report.steps[0].figures["read_s"] == pytest.approx(35.0)
     assert "only its first 35 s" in report.warnings[0]
 
@@ -206,3 +208,23 @@ def test_denoise_option_lowers_the_noise_between_words(espeak_speech):
         return 10 * np.log10(np.percentile(np.mean(frames**2, axis=1), 10))
 
     assert quietest_frames_db(denoised.samples) < quietest_frames_db(plain.samples) - 6
+
+
+def test_a_prompt_longer_than_synth_takes_is_never_written(tmp_path):
+    from studio.audio.io import load_audio
+    from studio.request import MAX_PROMPT_SECONDS
+
+    x, _ = _long_speech()
+    sparse_long_wav(tmp_path / "two_hours.wav", 2.0, np.tile(x, 4), 16000)  # 3 min of speech, then silence
+    with pytest.raises(errors.PromptTooLongError, match=r"at most 30 s.*--cut auto.*nothing was written"):
+        clean_file(tmp_path / "two_hours.wav", tmp_path / "prompt.wav")
+    assert not (tmp_path / "prompt.wav").exists()
+    with pytest.raises(errors.PromptTooLongError):
+        clean_file(tmp_path / "two_hours.wav", tmp_path / "prompt.wav", CleanOptions(cut=100.0))
+    uncut = clean_prompt(x, 16000)  # the studio offers cuts for the uncut speech and grades it unusable
+    assert uncut.quality.verdict == "poor" and "long" in [p.code for p in uncut.quality.problems]
+    report = clean_file(tmp_path / "two_hours.wav", tmp_path / "prompt.wav", CleanOptions(cut="auto"))
+    assert report.after.duration_s <= MAX_PROMPT_SECONDS
+    assert (
+        load_audio(tmp_path / "prompt.wav", max_duration_s=MAX_PROMPT_SECONDS).duration_s <= 30.0
+    )  # synth's read

@@ -21,11 +21,11 @@ import torch
 
 from studio import envs
 from studio.recent import RecentlyUsed
+from studio.request import MAX_PROMPT_SECONDS
 from studio.tts.frontend.features import flow_mel
 from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
 from studio.tts.frontend.text import TextFrontend
 
-MAX_PROMPT_SECONDS = 30.0
 ENV_CACHE_ENTRIES = envs.PROMPT_FEATURES_CACHE.name
 DEFAULT_CACHE_ENTRIES = 32
 
