@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from studio import lifetime
 from studio.engine.protocol import (
     PROTOCOL_VERSION,
     Cancel,
@@ -48,6 +49,10 @@ from studio.engine.protocol import (
 from studio.engine.raw_output import clip, output_excerpt, output_of
 
 log = logging.getLogger("studio.engine.client")
+
+# How long the engine's process group gets after SIGTERM (vLLM's engine core shuts down in order) before
+# SIGKILL, when the engine is ended rather than asked to stop (while it loads, or when it hangs).
+END_GRACE_S = 5.0
 
 
 class EngineError(RuntimeError):
@@ -118,6 +123,8 @@ class EngineClient:
         self._open_takes: set[str] = set()
         self._takes_lock = threading.Lock()
         self._stopping = False
+        self._ended = False  # the client ended the process itself (SIGTERM/SIGKILL of its group)
+        self._loading = False  # a LoadModel was sent and has not been answered (READY, BUSY or ERROR)
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -154,12 +161,12 @@ class EngineClient:
             try:
                 hello = self._handshake(process, events_read)
             except BaseException:
-                self._kill(process)
+                self._end(process)
                 events_read.close()
                 requests_write.close()
                 self.last_exitcode = _exit_code(process, 5)
                 raise
-            self._process, self._requests, self._stopping = process, requests_write, False
+            self._process, self._requests, self._stopping, self._ended = process, requests_write, False, False
             self.hello = hello
             self._reader = threading.Thread(
                 target=self._read_events, args=(events_read, process), name="engine-events", daemon=True
@@ -169,7 +176,9 @@ class EngineClient:
             return hello
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Ask the engine to finish (it cancels takes and closes vLLM), then wait; kill when it hangs.
+        """Ask the engine to finish (it cancels takes and closes vLLM), then wait; when it hangs, or while it
+        loads a model (it reads no request then), end its whole process group instead (``end``). Whatever
+        is left of a crashed engine's processes is ended too.
 
         Requests sent meanwhile fail at once with EngineError (the lock is not held while waiting)."""
         with self._send_lock:
@@ -178,14 +187,22 @@ class EngineClient:
                 return
             self._stopping = True
             self._process = self._requests = self._reader = None
-            if not _exited(process):
+            loading = self._loading
+            if not _exited(process) and not loading:
                 try:
                     requests.send(Shutdown())
                 except (BrokenPipeError, OSError):
                     pass
-        if _exit_code(process, timeout) is None:
-            log.warning("engine did not stop within %.0f s; killing it", timeout)
-            process.kill()
+        if loading and not _exited(process):
+            log.info("the engine is loading a model; ending it")
+            self._end(process)
+        elif _exit_code(process, timeout) is None:
+            log.warning("engine did not stop within %.0f s; ending it", timeout)
+            self._end(process)
+        elif lifetime.signal_group(process.pid, 0):  # what is left of a crashed engine (vLLM's processes)
+            lifetime.end_group(
+                process.pid, lambda timeout: _exit_code(process, timeout) is not None, END_GRACE_S
+            )
         code = _exit_code(process, 10)
         requests.close()
         if reader is not None:
@@ -217,11 +234,10 @@ class EngineClient:
             self.load_model(self._last_load)
         return hello
 
-    @staticmethod
-    def _kill(process: multiprocessing.Process) -> None:
-        if not _exited(process):
-            process.kill()
-        _exit_code(process, 10)
+    def _end(self, process: multiprocessing.Process) -> None:
+        """End the engine process and every process of its group (vLLM's): SIGTERM, SIGKILL after a grace."""
+        self._ended = True
+        lifetime.end_group(process.pid, lambda timeout: _exit_code(process, timeout) is not None, END_GRACE_S)
 
     def __enter__(self) -> EngineClient:
         self.start()
@@ -243,7 +259,12 @@ class EngineClient:
     def load_model(self, request: LoadModel) -> None:
         """Load a model folder (answered by LOADING, WARMING, READY states, or an Error and ERROR)."""
         self._last_load = request
-        self.send(request)
+        self._loading = True
+        try:
+            self.send(request)
+        except EngineError:
+            self._loading = False
+            raise
 
     def synthesize(self, request: Synthesize) -> str:
         """Start a take; returns its request id. It ends with one TakeFinished or one Error."""
@@ -301,6 +322,8 @@ class EngineClient:
             if isinstance(event, State):
                 self.last_state = event
                 saw_stopped = event.state is EngineState.STOPPED
+                if event.state in (EngineState.READY, EngineState.BUSY, EngineState.ERROR):
+                    self._loading = False
             elif isinstance(event, (TakeFinished, Error)) and event.request_id is not None:
                 with self._takes_lock:
                     self._open_takes.discard(event.request_id)
@@ -308,7 +331,11 @@ class EngineClient:
         connection.close()
         code = _exit_code(process, 10)
         self.last_exitcode = code
-        if not (self._stopping and (code == 0 or (code is None and saw_stopped))):
+        self._loading = False
+        if self._stopping and self._ended:
+            self._report_lost("the engine was ended")
+            self._events.put(State(EngineState.STOPPED, "engine ended"))
+        elif not (self._stopping and (code == 0 or (code is None and saw_stopped))):
             self._report_crash(process, code)
 
     def crash_report(self, pid: int | None, count: int = 30) -> str:
@@ -325,11 +352,15 @@ class EngineClient:
         reason = describe_exit(code)
         report = self.crash_report(process.pid)
         log.error("%s; last log lines:\n%s", reason, report)
-        with self._takes_lock:
-            lost, self._open_takes = sorted(self._open_takes), set()
-        for request_id in lost:
-            self._events.put(Error(request_id, f"take lost: {reason}"))
+        self._report_lost(reason)
         self._events.put(Error(None, f"{reason}. The engine's last log lines are in the details.", report))
         crashed = State(EngineState.CRASHED, f"{reason}; restart the engine")
         self.last_state = crashed
         self._events.put(crashed)
+
+    def _report_lost(self, reason: str) -> None:
+        """An Error for every take the engine did not finish."""
+        with self._takes_lock:
+            lost, self._open_takes = sorted(self._open_takes), set()
+        for request_id in lost:
+            self._events.put(Error(request_id, f"take lost: {reason}"))

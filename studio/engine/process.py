@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from studio import __version__
+from studio import __version__, lifetime
 from studio.engine.asr_service import AsrService
 from studio.engine.protocol import (
     PROTOCOL_VERSION,
@@ -367,6 +367,9 @@ def _identity(fd: int) -> tuple[int, int] | None:
 
 def engine_main(requests: Any, events: Any, log_path: str) -> None:
     """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
+    lifetime.lead_group()  # the client ends this process and all vLLM started under it together
+    lifetime.die_with_parent(pdeathsig=True)  # the client's thread that started it lives as long as it
+    lifetime.set_name("studio-engine")
     configure_allocator()
     output = setup_logging(log_path)
     keep_from_forks(requests, events)

@@ -43,8 +43,14 @@ _NEEDS_TOKENS = "logitsprocs_need_output_token_ids"
 
 def register(in_process: bool = False) -> None:
     """Register the architecture with vLLM's ModelRegistry (idempotent): by name, or with
-    ``in_process`` by the class itself (imported here, so vLLM inspects it without a subprocess)."""
+    ``in_process`` by the class itself (imported here, so vLLM inspects it without a subprocess).
+    In vLLM's own processes it also makes them die with their parent (`studio.lifetime`)."""
     from vllm import ModelRegistry
+
+    from studio import lifetime
+
+    lifetime.arm_daemonic_child()  # vLLM's engine core and workers: gone with the process that started them
+    lifetime.watch_forks()  # and those it forks (vLLM forks on CUDA; a fork does not load plugins again)
 
     if in_process and not _registered_by_class(ModelRegistry):
         from studio.tts.llm.vllm.model import CosyVoice2StudioForCausalLM
