@@ -38,7 +38,6 @@ __all__ = ["CosyVoice2", "SynthesisSpec"]
 log = logging.getLogger(__name__)
 
 END_OF_PROMPT = "<|endofprompt|>"
-EXPECTED_TOKENS_PER_MIN_LEN = 4  # speech tokens a sentence usually needs, in units of its minimum length
 
 
 def _vllm_backend_module():
@@ -312,8 +311,8 @@ class CosyVoice2:
             )
 
         if self.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
-            expected = max_len if ignore_stop else min(max_len, EXPECTED_TOKENS_PER_MIN_LEN * max(1, min_len))
-            need = take_state_bytes(self.model, prompt.flow_feat.shape[1], expected)
+            # the reservation covers the longest the take can grow (its token bound), never an expected length
+            need = take_state_bytes(self.model, prompt.flow_feat.shape[1], max_len)
             with self.take_gate.admitted(need, cancel) as admitted:
                 if admitted:
                     yield from self._sentence_audio(spec, prompt, generate, cancel, seed)

@@ -1,10 +1,11 @@
 """The runtime's GPU memory: the VRAM budget, planned before vLLM starts (and before this process loads
 anything, so vLLM gets its share) or, without vLLM, once everything is loaded; then enforced on the loaded
-model (this process's cap, the flow arena, the take gate); and what one take's flow state will hold."""
+model (this process's cap, the flow arena, the take gate); and the most one take's streaming state can hold."""
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from studio.tts.take_gate import TakeGate
 log = logging.getLogger(__name__)
 
 STATE_STEPS = 10  # Euler steps whose keys/values a take's flow state keeps (the runtime's n_timesteps)
+GROWTH, GROWTH_FLOOR = 1.5, 64  # a state's buffers grow to max(rows needed, 1.5 x before, 64 rows)
 
 
 def plan_budget(device, budget_gb: float | None) -> VramPlan:
@@ -55,17 +57,22 @@ def enforce_budget(plan: VramPlan, parts) -> TakeGate:
 
 
 def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
-    """What one take's flow state holds at its end (x1.5: states grow in steps of half).
+    """The most one take's streaming state can hold with ``speech_tokens`` after its prompt: an upper bound,
+    so that takes admitted by it never overrun the budget however long they run.
 
-    The prompt's frames up to its reusable boundary are the prompt cache's, shared by every take of the
-    voice, so they are not counted when the device has a prompt cache."""
-    from studio.tts.flow.streaming.incremental import prompt_boundary
-    from studio.tts.flow.streaming.prompt_cache import default_cache
-
+    Per mel frame: every estimator block's keys/values at every Euler step for both CFG rows, and the
+    encoder's keys/values (the up-sampled blocks per frame, the others per token). Both grow by x1.5 from
+    64 rows, so they hold at most 1.5 x their frames; the conv tails (and those at the mark) are fixed.
+    The prompt's frames count in full: a voice whose prompt state is not cached yet computes them itself."""
+    flow = parts.flow
     dtype = torch.float16 if parts.fp16 else torch.float32
-    per_frame = solver_for(parts.flow.decoder).layout.bytes_per_frame(STATE_STEPS, 2, dtype)
-    ratio = int(getattr(parts.flow, "token_mel_ratio", 2))
-    shared = 0
-    if default_cache(parts.device) is not None:
-        shared = ratio * prompt_boundary(parts.flow, prompt_frames // ratio)
-    return int(1.5 * per_frame * (prompt_frames - shared + ratio * speech_tokens))
+    size = torch.empty((), dtype=dtype).element_size()
+    layout = solver_for(flow.decoder).layout
+    ratio = int(getattr(flow, "token_mel_ratio", 2))
+    encoder = flow.encoder
+    width = 2 * encoder.output_size() * size  # a key and a value per position
+    per_frame = layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+    per_frame += width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
+    frames = int(prompt_frames) + ratio * int(speech_tokens)
+    tails = 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4  # float32 under autocast
+    return int(per_frame * max(GROWTH_FLOOR * ratio, math.ceil(GROWTH * frames))) + tails

@@ -1,0 +1,116 @@
+"""No take fails for memory (issue 34, item 2): a take is admitted by what its state can grow to (its token
+bound), so takes that run to their length bound never overrun the budget; those that do not fit wait.
+
+On the CPU the budget is simulated: every growth of a take's estimator state checks the states alive
+against the gate's capacity and, beyond it, raises the CUDA allocator's out-of-memory error, as a card of
+that size would."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import pytest
+import torch
+
+from studio.tts.cosyvoice2 import SynthesisSpec
+from studio.tts.errors import SynthesisError
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.incremental import KVBuffer
+from studio.tts.memory import take_state_bytes
+from studio.tts.take_gate import TakeGate
+
+TEXT = "Queued takes all finish now."  # random weights never stop: the take runs to 20 x its text tokens
+
+
+class SimulatedCard:
+    """The bytes held by the takes' growing states alive (estimator and encoder keys/values); growing past
+    ``capacity`` is an out-of-memory. `install` hooks both kinds of state where they grow."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.states: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def held(self) -> int:
+        total = 0
+        for state in list(self.states.values()):
+            tensors = (state.kv,) if isinstance(state, EstimatorState) else (state.k, state.v)
+            total += sum(t.nbytes for t in tensors if t is not None)
+        return total
+
+    def grew(self, state) -> None:
+        with self.lock:
+            self.states[id(state)] = state
+            held = self.held()
+            self.peak = max(self.peak, held)
+        if held > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory: {held} bytes held of {self.capacity}")
+
+    def install(self, monkeypatch) -> None:
+        reserve, extend = EstimatorState.reserve, KVBuffer.extend
+
+        def reserve_on_card(state, end, like):
+            kv = reserve(state, end, like)
+            self.grew(state)
+            return kv
+
+        def extend_on_card(buffer, k, v, start):
+            views = extend(buffer, k, v, start)
+            self.grew(buffer)
+            return views
+
+        monkeypatch.setattr(EstimatorState, "reserve", reserve_on_card)
+        monkeypatch.setattr(KVBuffer, "extend", extend_on_card)
+
+
+def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    model = tiny_cosyvoice
+    spec = dict(
+        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
+    )
+    prompt_frames = 2 * 50  # 2 s of prompt: 50 speech tokens, 2 mel frames each
+    text_tokens = len(model._encode(TEXT))
+    bound = 20 * text_tokens
+    one_take = take_state_bytes(model.model, prompt_frames, bound)
+    capacity = int(2.5 * one_take)  # room for two takes at their bound at once
+    card = SimulatedCard(capacity)
+    card.install(monkeypatch)
+    model.take_gate = TakeGate(capacity)
+    lengths, errors = {}, []
+
+    def run(seed):
+        try:
+            chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
+            lengths[seed] = chunks[-1]["speech_tokens"]
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert not errors, [str(e) for e in errors]
+        assert sorted(lengths) == list(range(5)) and set(lengths.values()) == {bound}  # ran to the bound
+        assert model.take_gate.queued_total >= 1 and model.take_gate.used == 0
+        assert 0 < card.peak <= capacity
+    finally:
+        model.take_gate = None
+
+
+def test_a_growth_past_the_simulated_card_is_the_take_failing_for_memory(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """The simulated card is a real constraint: without a gate, a budget below one take fails it."""
+    card = SimulatedCard(1)
+    card.install(monkeypatch)
+    spec = SynthesisSpec(
+        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False, seed=0
+    )
+    with pytest.raises(SynthesisError, match="ran out of memory"):
+        list(tiny_cosyvoice.synthesize(spec))
