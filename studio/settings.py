@@ -9,7 +9,7 @@ Usage::
 
 Where things live: ``config_dir()`` is ``$STUDIO_CONFIG_DIR`` or platformdirs' user config dir for
 "cosyvoice-studio"; ``data_dir()`` (takes, voices, logs) is ``$STUDIO_DATA_DIR`` or platformdirs' user
-data dir. Both are created on first use.
+data dir. Each is created when something is written there, never to read.
 """
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ class SettingsWarning(UserWarning):
     """A settings file could not be used as written; defaults were used for some or all fields."""
 
 
-def config_dir() -> Path:
-    """The folder holding settings.json (``$STUDIO_CONFIG_DIR`` overrides the platform default)."""
+def config_dir(create: bool = False) -> Path:
+    """The folder holding settings.json (``$STUDIO_CONFIG_DIR`` overrides the platform default).
+
+    Only named unless ``create``: commands that only read settings run without a writable (or any) folder;
+    with ``create`` a failure is a `DiskError` naming it.
+    """
     path = user_dir(envs.CONFIG_DIR, "user_config_dir")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return ensure_folder(path) if create else path
 
 
 def data_dir(create: bool = True) -> Path:
@@ -173,7 +176,7 @@ def load_settings(path: Path | None = None) -> Settings:
     path = path or settings_path()
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no settings yet (or no folder for them)
         return Settings()
     except OSError as exc:
         warnings.warn(f"cannot read {path}: {exc}; using default settings", SettingsWarning, stacklevel=2)
@@ -194,7 +197,7 @@ def load_settings(path: Path | None = None) -> Settings:
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
     """Write settings atomically (a temporary file in the same folder, then os.replace)."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     payload = json.dumps(settings.to_dict(), indent=2, sort_keys=True) + "\n"
     atomic_write_bytes(path, payload.encode("utf-8"))
     return path

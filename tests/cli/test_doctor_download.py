@@ -160,3 +160,16 @@ def test_doctor_json_prints_the_findings_and_version_answers(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"cosyvoice-studio {__version__}"
+
+
+@pytest.mark.parametrize("where", ["missing", "under_a_file"])
+def test_doctor_reads_settings_without_a_writable_config_folder(tmp_path, monkeypatch, capsys, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    config = tmp_path / "gone" / "config" if where == "missing" else blocker / "config"
+    monkeypatch.setenv("STUDIO_CONFIG_DIR", str(config))
+    rc = main(["doctor", "--json", str(tmp_path / "doctor.json")])
+    captured = capsys.readouterr()
+    assert rc in (0, 1) and "Traceback" not in captured.err
+    assert json.loads((tmp_path / "doctor.json").read_text())
+    assert not config.exists()  # reading settings creates nothing

@@ -159,3 +159,16 @@ def test_bench_logs_the_flows_work_arena_and_counts_every_graph_cache(
     counters = level["flow_solver"]
     assert counters["jobs"] >= 2 and counters["captures"] == counters["encoder_captures"] == 0  # no GPU
     assert counters["hift_captures"] == 0
+
+
+def test_synth_runs_without_a_writable_config_folder(
+    tmp_path, tiny_model_dir, prompt_wav, monkeypatch, capsys
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("STUDIO_CONFIG_DIR", str(blocker / "config"))
+    out = tmp_path / "take.wav"
+    prompt = ["--prompt-wav", str(prompt_wav), "--prompt-text", WARMUP_PROMPT_TEXT]
+    rc = main(["synth", "--model", str(tiny_model_dir), "--text", "Hello there.", *prompt, "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    assert sf.info(out).frames > 0

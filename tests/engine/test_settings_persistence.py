@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from studio.settings import Settings, SettingsWarning, data_dir, load_settings, save_settings, settings_path
+from studio.settings import (
+    Settings,
+    SettingsWarning,
+    config_dir,
+    data_dir,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 
 
 def test_round_trip_in_the_overridden_config_dir(isolated_dirs):
@@ -33,12 +41,14 @@ def test_missing_file_gives_defaults_silently(recwarn):
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", "", "\x00\x01"])
 def test_corrupt_file_gives_defaults_and_a_warning(content):
+    config_dir(create=True)
     settings_path().write_text(content)
     with pytest.warns(SettingsWarning, match="corrupt"):
         assert load_settings() == Settings()
 
 
 def test_bad_fields_fall_back_one_by_one():
+    config_dir(create=True)
     settings_path().write_text(
         json.dumps(
             {
@@ -71,3 +81,16 @@ def test_data_dir_override_and_output_dir(isolated_dirs):
     assert data_dir() == isolated_dirs / "data"
     assert Settings().resolved_output_dir() == isolated_dirs / "data" / "takes"
     assert Settings(output_dir="/x/y").resolved_output_dir().as_posix() == "/x/y"
+
+
+def test_reading_settings_creates_no_folder_and_saving_names_an_unusable_one(tmp_path, monkeypatch):
+    from studio.atomic_files import DiskError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for config in (tmp_path / "gone" / "config", blocker / "config"):
+        monkeypatch.setenv("STUDIO_CONFIG_DIR", str(config))
+        assert load_settings() == Settings() and settings_path().parent == config
+        assert not config.exists()
+    with pytest.raises(DiskError, match="a-file"):
+        save_settings(Settings())
