@@ -52,14 +52,33 @@ def encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes
     return encode_audio(np.asarray(samples, dtype=np.float32), sample_rate, container, subtype)
 
 
-def decode_upload(data: bytes) -> tuple[np.ndarray, int]:
-    """An uploaded recording as float32 mono; a ServiceError (422) when it is not audio."""
+MAX_CHANNELS = 8
+RATES = (8000, 192000)
+
+
+def decode_upload(data: bytes, param: str, max_seconds: float) -> tuple[np.ndarray, int]:
+    """An uploaded recording as float32 mono. Its header is checked first (rate, channels, duration: a long
+    file is refused with 413 before a sample is decoded) and at most ``max_seconds`` are ever decoded; a
+    ServiceError naming ``param`` when it is not audio or not acceptable."""
     import soundfile as sf
 
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        info = sf.info(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - libsndfile's reasons vary
-        raise ServiceError(
-            422, f"the uploaded file is not audio libsndfile can read: {exc}", "audio"
-        ) from None
+        raise ServiceError(422, f"{param} is not audio libsndfile can read: {exc}", param) from None
+    if not RATES[0] <= info.samplerate <= RATES[1] or not 1 <= info.channels <= MAX_CHANNELS:
+        heard = f"{info.channels} channels at {info.samplerate} Hz"
+        allowed = f"at most {MAX_CHANNELS} channels at {RATES[0]}..{RATES[1]} Hz"
+        raise ServiceError(422, f"{param} has {heard}; {allowed}", param)
+    limit = int(max_seconds * info.samplerate)
+    if info.frames > limit:
+        seconds = info.frames / info.samplerate
+        raise ServiceError(413, f"{param} is {seconds:.0f} s long; at most {max_seconds:.0f} s", param)
+    try:
+        samples, rate = sf.read(io.BytesIO(data), frames=limit + 1, dtype="float32", always_2d=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ServiceError(422, f"{param} is not audio libsndfile can read: {exc}", param) from None
+    if len(samples) > limit or len(samples) == 0:  # a header that lied about its length
+        what = "empty" if len(samples) == 0 else f"longer than {max_seconds:.0f} s"
+        raise ServiceError(413 if len(samples) else 422, f"{param} is {what}", param)
     return samples.mean(axis=1), int(rate)

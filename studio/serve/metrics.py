@@ -34,8 +34,13 @@ class _GpuCollector:
 class Metrics:
     def __init__(self, service) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("cosyvoice_speech_requests", "Speech requests by outcome", ["outcome"],
-                                registry=self.registry)  # fmt: skip
+        self.requests = Counter(
+            "cosyvoice_speech_requests", "Speech requests by outcome", ["outcome"], registry=self.registry
+        )
+        self.responses = Counter(
+            "cosyvoice_http_responses", "HTTP answers by status code (refusals included)", ["status"],
+            registry=self.registry,
+        )
         self.first_chunk = Histogram("cosyvoice_first_chunk_seconds", "Request to first audio chunk",
                                      buckets=LATENCY_BUCKETS, registry=self.registry)  # fmt: skip
         self.total = Histogram("cosyvoice_take_seconds", "Whole take", buckets=LATENCY_BUCKETS,
@@ -50,6 +55,9 @@ class Metrics:
 
     def request(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
+
+    def response(self, status: int) -> None:
+        self.responses.labels(str(status)).inc()
 
     def take_done(self, first_chunk: float | None, total: float, rtf: float) -> None:
         if first_chunk is not None:

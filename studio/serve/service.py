@@ -23,6 +23,15 @@ from studio.voices import VoiceError, VoiceLibrary
 log = logging.getLogger("studio.serve")
 
 MAX_INPUT_CHARS = 4096  # OpenAI's own limit for /v1/audio/speech
+MAX_REFERENCE_SECONDS = 30.0  # the model reads at most 30 s of a prompt
+#: the runtime's field names (`studio.request.RequestError.field`) -> the API's
+API_FIELDS = {
+    "text": "input",
+    "prompt_wav": "reference_audio",
+    "prompt_sr": "reference_audio",
+    "prompt_text": "reference_text",
+    "instruct": "instructions",
+}
 
 
 class ServiceError(Exception):
@@ -48,6 +57,7 @@ class SpeechRequest:
     reference_audio: str = ""  # base64 audio file: a voice sent with the request (the studio's remote engine)
     reference_text: str = ""
     first_hop_tokens: int = 0  # the first streamed chunk after N speech tokens (0: upstream's schedule)
+    request_id: str = ""  # the HTTP request's id, carried by the take into the logs ("" = a new one)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -118,12 +128,13 @@ class SpeechService:
         prompt, prompt_rate, transcript = self._voice(body)
         spoken = Mode.ZERO_SHOT if transcript else Mode.CROSS_LINGUAL
         mode = Mode.INSTRUCT if body.instructions.strip() else spoken
+        ids = {"request_id": body.request_id} if body.request_id else {}
         try:
             return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=transcript,
                               instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
-                              stream=True, first_hop_tokens=body.first_hop_tokens)  # fmt: skip
+                              stream=True, first_hop_tokens=body.first_hop_tokens, **ids)  # fmt: skip
         except RequestError as exc:
-            raise ServiceError(422, str(exc), exc.field) from None
+            raise ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field)) from None
 
     def _voice(self, body: SpeechRequest) -> tuple[np.ndarray, int, str]:
         """(prompt audio, its rate, transcript) of the library voice named, or of the reference sent."""
@@ -137,7 +148,7 @@ class SpeechService:
                 data = base64.b64decode(body.reference_audio, validate=True)
             except (binascii.Error, ValueError):
                 raise ServiceError(422, "reference_audio is not base64", "reference_audio") from None
-            samples, rate = decode_upload(data)
+            samples, rate = decode_upload(data, "reference_audio", MAX_REFERENCE_SECONDS)
             return samples, rate, body.reference_text.strip()
         try:
             voice = self.voices.get(body.voice)
@@ -167,7 +178,10 @@ class SpeechService:
                 stats = runner.run_take(self.loaded.model, request, cancel=cancel, backend=self.loaded.backend,
                                         on_chunk=lambda samples: put(("chunk", samples)))  # fmt: skip
                 put(("done", stats))
+            except RequestError as exc:  # a rule of the runtime the request broke: the client's mistake
+                put(("error", ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field))))
             except Exception as exc:  # noqa: BLE001 - raised to the consumer
+                log.error("take %s failed: %s: %s", request.request_id, type(exc).__name__, exc)
                 put(("error", exc))
 
         with self._lock:

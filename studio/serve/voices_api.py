@@ -5,7 +5,7 @@ in the studio's voice library."""
 from __future__ import annotations
 
 from studio.serve.service import ServiceError
-from studio.voices import Voice, VoiceError, VoiceExistsError
+from studio.voices import Voice, VoiceBusyError, VoiceError, VoiceExistsError, check_name
 
 MAX_UPLOAD_SECONDS = 120.0
 
@@ -15,12 +15,11 @@ def register_voice(service, name: str, data: bytes, transcript: str, overwrite: 
     from studio.audio.errors import AudioError
     from studio.serve.formats import decode_upload
 
-    if not name.strip():
-        raise ServiceError(422, "a voice needs a name", "name")
-    samples, rate = decode_upload(data)
-    if samples.size / rate > MAX_UPLOAD_SECONDS:
-        raise ServiceError(413, f"the recording is {samples.size / rate:.0f} s; at most {MAX_UPLOAD_SECONDS:.0f} s",
-                           "audio")  # fmt: skip
+    try:
+        name = check_name(name)
+    except VoiceError as exc:
+        raise ServiceError(422, str(exc), "name") from None
+    samples, rate = decode_upload(data, "audio", MAX_UPLOAD_SECONDS)
     try:
         cleaned = clean_prompt(samples, rate, CleanOptions(cut="auto"))
     except AudioError as exc:
@@ -31,6 +30,8 @@ def register_voice(service, name: str, data: bytes, transcript: str, overwrite: 
                                    overwrite=overwrite)  # fmt: skip
     except VoiceExistsError as exc:
         raise ServiceError(409, f"{exc}; send overwrite=true to replace it", "name") from None
+    except VoiceBusyError as exc:
+        raise ServiceError(409, f"{exc}; try again", "name") from None
     except VoiceError as exc:
         raise ServiceError(422, str(exc), "name") from None
 
