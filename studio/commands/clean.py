@@ -50,10 +50,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(report.text())
     if args.json:
-        try:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                handle.write(report.to_json() + "\n")
-        except OSError as exc:
-            print(f"error: could not write the report to {args.json}: {exc.strerror or exc}", file=sys.stderr)
+        from studio.commands.reports import write_report
+
+        if not write_report(args.json, report.to_json() + "\n"):
             return 1
     return 0

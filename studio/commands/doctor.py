@@ -309,5 +309,8 @@ def run(args: argparse.Namespace) -> int:
     warned = sum(c.status == WARN for c in checks)
     print(f"{len(checks)} checks: {failed} failed, {warned} warnings")
     if args.json:
-        Path(args.json).write_text(findings + "\n", encoding="utf-8")
+        from studio.commands.reports import write_report
+
+        if not write_report(args.json, findings + "\n"):
+            return 1
     return 1 if failed else 0
