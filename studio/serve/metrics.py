@@ -38,7 +38,9 @@ class Metrics:
             "cosyvoice_speech_requests", "Speech requests by outcome", ["outcome"], registry=self.registry
         )
         self.responses = Counter(
-            "cosyvoice_http_responses", "HTTP answers by status code (refusals included)", ["status"],
+            "cosyvoice_http_responses",
+            "HTTP answers by status code (refusals included)",
+            ["status"],
             registry=self.registry,
         )
         self.first_chunk = Histogram("cosyvoice_first_chunk_seconds", "Request to first audio chunk",
