@@ -5,7 +5,7 @@ like for like even on random weights. Reports avg/min/max/p95 first-chunk latenc
 audio-seconds per wall second, the llm/flow/hift time split, peak VRAM per level and overall (NVML, this
 process tree), time to ready (load + warm-up) and the VRAM plan (``--vram-budget GIB`` simulates a smaller
 card on a larger one); ``--json`` writes everything. The model runs in this process; concurrency comes
-from threads.
+from threads. ``--workload NAME`` runs the users' work instead (studio/commands/bench_workload.py).
 """
 
 from __future__ import annotations
@@ -92,8 +92,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print each CUDA-graph capture and work-arena growth, with its time (where a take stalled)",
     )
+    from studio.commands.bench_workload import add_arguments as add_workload_arguments
     from studio.commands.vllm_flags import add_vllm_arguments
 
+    add_workload_arguments(parser)
     add_vllm_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -204,9 +206,8 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
 
 
 def bench_backend(args: argparse.Namespace, backend: str) -> dict:
-    from studio.engine import runner
     from studio.engine.protocol import Synthesize
-    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice, warmup_request
+    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
     prompt = synthetic_voice(16000, 3.0)
 
@@ -224,36 +225,10 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
         )
 
     with VramSampler() as vram:
-        from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
-
-        loaded = runner.load_model(
-            args.model,
-            backend,
-            fp16=args.fp16,
-            vllm_options=vllm_options_from(args),
-            vram_budget_gb=vram_budget_from(args),
-            warm_beside=True,
-        )
+        loaded, result = load_and_warm(args, backend, vram)
+        if loaded is None:
+            return result
         try:
-            result: dict = {
-                "backend_asked": backend,
-                "backend": loaded.backend,
-                "backend_reason": loaded.backend_reason,
-                "load_seconds": loaded.load_seconds,
-            }
-            if loaded.backend != backend:
-                print(f"[{backend}] unavailable: {loaded.backend_reason}", file=sys.stderr)
-                result["skipped"] = True
-                return result
-            start = time.perf_counter()
-            runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
-            result["warmup_seconds"] = time.perf_counter() - start
-            result["time_to_ready_s"] = loaded.load_seconds + result["warmup_seconds"]
-            plan = getattr(loaded.model, "vram_plan", None)
-            result["vram_plan"] = None if plan is None else dataclasses.asdict(plan)
-            result["peak_vram_at_ready_bytes"] = vram.peak
-            print(f"[{backend}] ready in {result['time_to_ready_s']:.1f} s (load {loaded.load_seconds:.1f} s)"
-                  + (f"; {plan.describe()}" if plan is not None else ""), flush=True)  # fmt: skip
             result["levels"] = []
             for concurrency, first_hop in level_plan(args):
                 vram.new_window()
@@ -272,6 +247,49 @@ def bench_backend(args: argparse.Namespace, backend: str) -> dict:
             loaded.close()
     result["peak_vram_bytes"] = vram.peak
     return result
+
+
+def load_and_warm(args: argparse.Namespace, backend: str, vram: VramSampler):
+    """(the loaded model, its load figures) after one untimed take; (None, figures) when ``backend`` is not
+    available. The caller closes the model."""
+    from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
+    from studio.engine import runner
+    from studio.engine.warmup import warmup_request
+
+    loaded = runner.load_model(
+        args.model,
+        backend,
+        fp16=args.fp16,
+        vllm_options=vllm_options_from(args),
+        vram_budget_gb=vram_budget_from(args),
+        warm_beside=True,
+    )
+    result: dict = {
+        "backend_asked": backend,
+        "backend": loaded.backend,
+        "backend_reason": loaded.backend_reason,
+        "load_seconds": loaded.load_seconds,
+    }
+    if loaded.backend != backend:
+        print(f"[{backend}] unavailable: {loaded.backend_reason}", file=sys.stderr)
+        result["skipped"] = True
+        loaded.close()
+        return None, result
+    try:
+        start = time.perf_counter()
+        runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
+    except BaseException:
+        loaded.close()
+        raise
+    result["warmup_seconds"] = time.perf_counter() - start
+    result["time_to_ready_s"] = loaded.load_seconds + result["warmup_seconds"]
+    plan = getattr(loaded.model, "vram_plan", None)
+    result["vram_plan"] = None if plan is None else dataclasses.asdict(plan)
+    result["peak_vram_at_ready_bytes"] = vram.peak
+    described = f"; {plan.describe()}" if plan is not None else ""
+    ready = f"ready in {result['time_to_ready_s']:.1f} s (load {loaded.load_seconds:.1f} s)"
+    print(f"[{backend}] {ready}{described}", flush=True)
+    return loaded, result
 
 
 def level_plan(args: argparse.Namespace) -> list[tuple[int, int]]:
@@ -371,6 +389,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.log_graphs:
         log_graphs()
+    if args.workload or args.rates:
+        from studio.commands import bench_workload
+
+        if not args.workload:
+            print("error: --rates needs --workload", file=sys.stderr)
+            return 2
+        return bench_workload.run(args)
     import torch
 
     report = {
