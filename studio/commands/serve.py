@@ -32,6 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--voices", metavar="DIR", help="voice library folder (default: the studio's)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help=argparse.SUPPRESS)
     parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM or Ctrl+C, let running takes finish for up to S seconds, then cancel them",
+    )
+    parser.add_argument(
         "--ray", action="store_true", help="scale out on Ray Serve (local Ray, or RAY_ADDRESS)"
     )
     parser.add_argument("--replicas", default="1", metavar="N|auto", help="Ray Serve replicas (auto: 1-8)")
@@ -75,7 +82,7 @@ def build_service(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - the serve extra, checked before anything starts
 
         from studio.serve.app import create_app
     except ImportError as exc:
@@ -95,11 +102,9 @@ def run(args: argparse.Namespace) -> int:
         return run_on_ray(args, key)
     service = build_service(args)
     threading.Thread(target=service.load, name="load-model", daemon=True).start()  # /health says "loading"
-    try:
-        uvicorn.run(create_app(service, key), host=args.host, port=args.port, log_level="info")
-    finally:
-        service.close()
-    return 0
+    from studio.commands.serve_lifetime import serve_until_stopped
+
+    return serve_until_stopped(create_app(service, key), service, args.host, args.port, args.drain_seconds)
 
 
 def run_on_ray(args: argparse.Namespace, key: str | None) -> int:
