@@ -55,3 +55,23 @@ def client(server):
     base, _service = server
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120) as http:
         yield http
+
+
+@pytest.fixture
+def paced_engine(monkeypatch):
+    """The real engine, paused after each chunk like a slow card: the tiny model can otherwise finish a take
+    before its first bytes reach the client. Yields the stats of the takes it ran."""
+    from studio.engine import runner
+
+    real_run_take, finished = runner.run_take, []
+
+    def paced_run_take(model, request, *, on_chunk=None, **kwargs):
+        def paced(samples):
+            on_chunk(samples)
+            time.sleep(0.3)
+
+        finished.append(real_run_take(model, request, on_chunk=paced, **kwargs))
+        return finished[-1]
+
+    monkeypatch.setattr(runner, "run_take", paced_run_take)
+    return finished

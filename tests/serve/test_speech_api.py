@@ -125,26 +125,6 @@ def test_an_oversize_body_is_refused_with_413(client):
     assert answer.status_code == 413 and "at most" in answer.json()["error"]["message"]
 
 
-@pytest.fixture
-def paced_engine(monkeypatch):
-    """The real engine, paused after each chunk like a slow card: the tiny model can otherwise finish a take
-    before its first bytes reach the client. Yields the stats of the takes it ran."""
-    from studio.engine import runner
-
-    real_run_take, finished = runner.run_take, []
-
-    def paced_run_take(model, request, *, on_chunk=None, **kwargs):
-        def paced(samples):
-            on_chunk(samples)
-            time.sleep(0.3)
-
-        finished.append(real_run_take(model, request, on_chunk=paced, **kwargs))
-        return finished[-1]
-
-    monkeypatch.setattr(runner, "run_take", paced_run_take)
-    return finished
-
-
 def test_a_streamed_take_arrives_whole_while_the_client_reads(client, voice_id, paced_engine):
     body = {"input": "A streamed take on a slow card, read to its end by a patient client.",
             "voice": voice_id, "response_format": "pcm", "stream": True, "seed": 3}  # fmt: skip
