@@ -64,7 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         return open_window()
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a failure no command caught: one line, never a traceback or a library's advice
+        from studio import envs
+
+        if envs.DEBUG.enabled():
+            raise
+        lines = str(exc).splitlines()
+        print(
+            f"error: {args.command} failed: {type(exc).__name__}: {lines[0][:300] if lines else ''} "
+            "(STUDIO_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def gui_main() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from studio.model_layout import (
     YAML_FILE,
     missing_files,
 )
+from studio.tts.checkpoints import first_line, load_state_dict, safe_load
 from studio.tts.config import ModelConfig, read_config
 from studio.tts.device.fork_gate import ForkGate
 from studio.tts.device.skip_init import no_random_init
@@ -89,35 +89,7 @@ def read_folder_config(model_dir: Path) -> ModelConfig:
 
 def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """``torch.load(weights_only=True)`` with errors that name the file."""
-    return _load_state_dict(path, map_location=device)
-
-
-def _load_state_dict(path: Path, **options: Any) -> dict[str, torch.Tensor]:
-    """`read_state_dict` with other ``torch.load`` options (``mmap``), for `validate_folder`."""
-    try:
-        state = torch.load(path, weights_only=True, **options)
-    except FileNotFoundError as exc:
-        raise MissingModelFileError(path, "missing from the model folder") from exc
-    except Exception as exc:  # truncated zip, pickle errors, unsafe content: all "cannot be read"
-        raise ModelFolderError(
-            path, f"cannot be read as a PyTorch state dict (truncated or corrupt?): {_load_problem(exc)}"
-        ) from exc
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ModelFolderError(path, "expected a state dict (a mapping of names to tensors)")
-    return state
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    """``Type: first line of the message`` (libraries' messages run long and end in advice for developers)."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0][:limit] if lines else ''}"
-
-
-def _load_problem(exc: BaseException) -> str:
-    """Why ``torch.load(weights_only=True)`` failed, without torch's advice to retry it unsafely."""
-    if isinstance(exc, pickle.UnpicklingError):
-        return "UnpicklingError: not a file of plain tensors (the safe weights-only load refused it)"
-    return _first_line(exc)
+    return load_state_dict(path, map_location=device)
 
 
 def _listing(names: list[str]) -> str:
@@ -176,7 +148,7 @@ def _open(path: Path, what: str, factory):
     except ModelFolderError:
         raise
     except Exception as exc:  # onnxruntime and tokenizers raise their own assorted errors
-        raise ModelFolderError(path, f"cannot be loaded as {what}: {_first_line(exc, 300)}") from exc
+        raise ModelFolderError(path, f"cannot be loaded as {what}: {first_line(exc, 300)}") from exc
 
 
 def llm_skeleton(model_dir: Path, config: ModelConfig) -> torch.nn.Module:
@@ -249,9 +221,7 @@ def _check_json(path: Path) -> None:
     try:
         json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelFolderError(
-            path, f"is not valid JSON (truncated or corrupt?): {_first_line(exc)}"
-        ) from exc
+        raise ModelFolderError(path, f"is not valid JSON (truncated or corrupt?): {first_line(exc)}") from exc
 
 
 def _check_onnx(path: Path, what: str) -> None:
@@ -266,7 +236,7 @@ def _check_onnx(path: Path, what: str) -> None:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and onnx's own errors
         raise ModelFolderError(
-            path, f"cannot be read as {what} (truncated or corrupt?): {_first_line(exc)}"
+            path, f"cannot be read as {what} (truncated or corrupt?): {first_line(exc)}"
         ) from exc
     if not model.graph.node:
         raise ModelFolderError(path, f"is not {what}: the ONNX file holds no graph")
@@ -280,12 +250,12 @@ def _zipped(path: Path) -> bool:
 
 def _read_mapped(path: Path) -> dict[str, torch.Tensor]:
     """The state dict on the CPU, memory-mapped where the format allows: tensors are read when used."""
-    return _load_state_dict(path, map_location="cpu", mmap=_zipped(path))
+    return load_state_dict(path, map_location="cpu", mmap=_zipped(path))
 
 
 def _read_state_dict_shapes(path: Path) -> dict[str, torch.Tensor]:
     """The state dict's names, shapes and dtypes as meta tensors, memory-mapped: no tensor data is read."""
-    return _load_state_dict(path, map_location="meta", mmap=_zipped(path))
+    return load_state_dict(path, map_location="meta", mmap=_zipped(path))
 
 
 def validate_folder(model_dir: str | Path) -> Path:
@@ -322,12 +292,7 @@ def load_spk2info(path: Path) -> dict:
     """Saved voices in upstream's format (a dict of dicts of tensors); {} when the file is absent."""
     if not path.is_file():
         return {}
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ModelFolderError(
-            path, f"cannot be read as saved voices (truncated or corrupt?): {_load_problem(exc)}"
-        ) from exc
+    data = safe_load(path, "saved voices", map_location="cpu")
     if not isinstance(data, dict):
         raise ModelFolderError(path, "expected a mapping of voice ids to prompt features")
     return data

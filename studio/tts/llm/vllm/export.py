@@ -108,11 +108,11 @@ def dtype_name(dtype: Any) -> str:
 
 def weights_dtype(llm_pt: str | Path) -> str:
     """The dtype `llm.pt` stores the LM's weights in (that of its backbone norm), e.g. "float32"."""
-    import torch
+    from studio.tts.checkpoints import load_state_dict
 
     if not Path(llm_pt).is_file():
         raise VllmExportError(f"llm.pt not found: {llm_pt}")
-    state = torch.load(Path(llm_pt), map_location="cpu", weights_only=True, mmap=True)
+    state = load_state_dict(Path(llm_pt), map_location="cpu", mmap=True)
     norm = state.get(BACKBONE_PREFIX + "norm.weight")
     if norm is None:
         raise VllmExportError(f"{llm_pt} is not a CosyVoice2 Qwen2LM state dict (no backbone norm)")
@@ -179,7 +179,9 @@ def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path, dtyp
     import torch
     from safetensors.torch import save_file
 
-    state = torch.load(llm_pt, map_location="cpu", weights_only=True, mmap=True)
+    from studio.tts.checkpoints import load_state_dict
+
+    state = load_state_dict(Path(llm_pt), map_location="cpu", mmap=True)
     missing = [k for k in (SPEECH_EMBEDDING, DECODER_WEIGHT, DECODER_BIAS) if k not in state]
     layers = {k: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX + "layers.")}
     norm = state.get(BACKBONE_PREFIX + "norm.weight")
