@@ -149,9 +149,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from studio.lifetime import sigterm_exits
 
     try:
-        return _synth(args)
+        with sigterm_exits():  # a SIGTERM while vLLM starts leaves none of its processes
+            return _synth(args)
     except _user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -403,6 +403,7 @@ class MainWindow(QMainWindow):
         self.session.flush()
         self.settings.extra["window_geometry"] = bytes(self.saveGeometry().toHex()).decode()
         self.update_settings(dataclasses.replace(self.settings, stream=self.text_panel.stream.isChecked()))
+        self.hide()  # gone at once: ending an engine that is loading still takes a few seconds
         self.shutdown()
         super().closeEvent(event)
 
