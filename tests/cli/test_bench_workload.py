@@ -1,0 +1,78 @@
+"""bench --workload: seeded take lengths, underruns and per-level figures with the JSON keys benchmarks read."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from studio import workloads
+from studio.cli import main
+
+
+def test_workloads_are_seeded_distributions_of_take_lengths_with_texts_sized_to_the_bound():
+    sentences = workloads.takes("sentences", 2000)
+    assert sentences == workloads.takes("sentences", 2000)  # the same takes on every machine
+    assert sentences != workloads.takes("sentences", 2000, seed=1)
+    seconds = [t.seconds for t in sentences]
+    assert min(seconds) >= 2.0 and max(seconds) <= 30.0 and 7.0 <= statistics.median(seconds) <= 9.0
+    assert {t.voice for t in sentences} == set(range(workloads.VOICES))
+    for take in sentences[:50]:
+        assert take.speech_tokens == round(take.seconds * 25)
+        words = len(take.text.split())  # + the full stop: the server's 20x bound lands near the length
+        assert abs(20 * (words + 1) - take.speech_tokens) <= 20
+    assert {t.speech_tokens for t in workloads.takes("short", 10)} == {100}
+    assert {t.speech_tokens for t in workloads.takes("long", 10)} == {500}
+    arrivals = workloads.poisson_arrivals(4.0, 4000)
+    assert arrivals == sorted(arrivals) and arrivals[-1] / 4000 == pytest.approx(0.25, rel=0.1)
+
+
+def test_an_underrun_is_a_chunk_arriving_after_the_audio_before_it_finished_playing():
+    # playback starts with the first chunk at 0.2 s; chunks of (arrival s, audio s)
+    assert workloads.underruns([(0.2, 1.0), (1.0, 1.0), (2.1, 1.0)]) == (0, 0.0)
+    count, silence = workloads.underruns([(0.2, 0.5), (0.9, 1.0), (1.8, 0.2), (2.5, 1.0)])
+    assert count == 2 and silence == pytest.approx(0.2 + 0.4)
+    figures = workloads.level_figures(
+        [
+            {"first_audio_s": 0.3, "audio_s": 4.0, "underruns": 0},
+            {"first_audio_s": 0.7, "audio_s": 4.0, "underruns": 0},  # too late for goodput
+            {"first_audio_s": 0.2, "audio_s": 4.0, "underruns": 1},  # an underrun: not good either
+            {"error": "SynthesisError: boom"},
+        ],
+        wall=2.0,
+    )
+    assert figures["errors"] == 1 and figures["error_messages"] == ["SynthesisError: boom"]
+    assert figures["underruns"] == 1 and figures["goodput_takes_per_s"] == pytest.approx(0.5)
+    assert figures["audio_seconds_per_second"] == pytest.approx(6.0)
+    assert figures["first_audio_s"]["p50"] == 0.3 and figures["first_audio_s"]["p99"] == 0.7
+
+
+def test_bench_workload_closed_and_open_loop_write_the_levels(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "closed.json"
+    args = ["bench", "--model", str(tiny_model_dir), "--backends", "pytorch", "--workload", "short"]
+    assert (
+        main([*args, "--concurrency", "1,2", "--takes", "2", "--warmup-rounds", "0", "--json", str(out)]) == 0
+    )
+    report = json.loads(out.read_text())
+    assert report["workload"] == "short" and report["arrivals"] == "closed"
+    assert [level["concurrency"] for level in report["levels"]] == [1, 2]
+    for level in report["levels"]:
+        assert level["backend"] == "pytorch" and level["takes"] == 2
+        assert level["errors"] == 0 and level["underruns"] >= 0 and level["queued"] == 0
+        first = level["first_audio_s"]
+        assert 0 < first["p50"] <= first["p95"] <= first["p99"]
+        assert level["audio_seconds_per_second"] > 0 and level["peak_vram_gib"] is None  # no GPU here
+        assert level["audio_seconds"] == pytest.approx(2 * 4.0, rel=0.05)
+        assert 0 <= level["goodput_share"] <= 1
+    assert "pytorch" in capsys.readouterr().out
+    out = tmp_path / "open.json"
+    assert main([*args, "--rates", "2", "--takes", "2", "--warmup-rounds", "0", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["arrivals"] == "poisson" and report["levels"][0]["rate"] == 2.0
+    assert report["levels"][0]["takes"] == 2 and report["levels"][0]["errors"] == 0
+
+
+def test_bench_rates_need_a_workload(tiny_model_dir, capsys):
+    assert main(["bench", "--model", str(tiny_model_dir), "--rates", "2"]) == 2
+    assert "--rates needs --workload" in capsys.readouterr().err
