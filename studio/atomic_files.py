@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,6 +66,64 @@ def disk_error(exc: OSError, folder: str | os.PathLike[str]) -> DiskError:
     return DiskError(exc.errno, folder, reason.format(folder=folder), advice or "choose another folder")
 
 
+#: A writer's temporary file: hidden, beside its target, named after it and the writing process
+#: (``.take.wav.4242-k3j9x0ab.part``), so a later start can tell one whose writer was killed.
+_TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d+)-[a-z0-9_]{8}\.(?:part|tmp)$")
+#: An older writer's name without its process (``.take.wav.k3j9x0ab.part``): removed once this old.
+_UNOWNED_PART = re.compile(r"^\..+\.[a-z0-9_]{8}\.part$")
+UNOWNED_PART_AGE_S = 24 * 3600
+
+
+def temp_prefix(target: Path) -> str:
+    """The ``mkstemp`` prefix of a temporary file for ``target``: hidden, naming the target and this process."""
+    return f".{target.name}.{os.getpid()}-"
+
+
+def _process_gone(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    if sys.platform == "win32":  # os.kill(pid, 0) is not a probe there; age decides instead
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process, alive
+        return False
+    return False
+
+
+def remove_leftover_parts(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files a killed writer (a SIGKILL during an export) left in ``folder``.
+
+    A file naming its process goes when that process is gone; an older name without one when it is a day
+    old. Writers in progress keep theirs. Returns what was removed; an unreadable folder removes nothing.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith("."):
+            continue
+        owned = _TEMP_NAME.match(entry.name)
+        try:
+            if owned:
+                stale = _process_gone(int(owned["pid"]))
+            else:
+                stale = (
+                    bool(_UNOWNED_PART.match(entry.name)) and now - entry.stat().st_mtime > UNOWNED_PART_AGE_S
+                )
+            if stale and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
+
 def umask_mode(base: int = 0o666) -> int:
     """``base`` less the process's umask: the mode a plainly created file would get (mkstemp's is 0600)."""
     mask = os.umask(0)
@@ -87,7 +148,7 @@ def atomic_path(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
     (soundfile) see the right extension. OS errors with an errno become `DiskError`s."""
     target = Path(target)
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+        fd, name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=suffix, dir=target.parent)
     except OSError as exc:
         raise disk_error(exc, target.parent) from exc
     os.close(fd)
@@ -125,7 +186,7 @@ def write_new_files(files: list[tuple[Path, bytes]]) -> None:
     folder = files[0][0].parent if files else Path(".")
     try:
         for target, payload in files:
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".part", dir=target.parent)
             temps.append(Path(name))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(payload)

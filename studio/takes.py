@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from studio.atomic_files import atomic_write_bytes, ensure_folder, write_new_files
+from studio.atomic_files import atomic_write_bytes, ensure_folder, remove_leftover_parts, write_new_files
 
 SIDECAR_VERSION = 1
 TRASH_FOLDER = ".trash"  # the takes of the last discard, until the next one (undo)
@@ -91,6 +91,7 @@ class TakeStore:
 
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder).expanduser()
+        remove_leftover_parts(self.folder)  # the studio's start: files a killed save or export left
 
     def check_writable(self) -> None:
         """Create the folder if needed and prove a file can be written there; a `DiskError` says why not."""
@@ -274,6 +275,7 @@ class TakeStore:
         """
         from studio.audio.export import export_take
 
+        remove_leftover_parts(folder)
         results = []
         for take_id in take_ids:
             take = self.get(take_id)
@@ -290,6 +292,7 @@ class TakeStore:
         from studio.audio.export import export_take
 
         target = Path(path)
+        remove_leftover_parts(target.parent)
         audio, rate, notes = self._mastered(take_id, prefer_denoised, sample_rate, loudness_lufs)
         stem = target.name[: -len(target.suffix)] if target.suffix else target.name
         result = export_take(audio, target.parent, stem, fmt=fmt, sample_rate=rate, on_conflict="overwrite")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.atomic_files import disk_error, umask_mode
+from studio.atomic_files import disk_error, temp_prefix, umask_mode
 from studio.audio.errors import ExportError, OutputExistsError, UnsafeFileNameError
 from studio.audio.io import validate_samples
 
@@ -239,7 +239,7 @@ def write_audio(
             )
     temp: Path | None = None
     try:
-        fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        fd, temp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".part", dir=target.parent)
         temp = Path(temp_name)
         with os.fdopen(fd, "w+b") as handle:
             handle.write(encode_audio(data, sample_rate, fmt.container, fmt.subtype))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.atomic_files import umask_mode
+from studio.atomic_files import temp_prefix, umask_mode
 from studio.audio.errors import ExportError
 from studio.audio.export import ExportFormat, _fsync_folder, _os_error, _place, to_fixed_point
 
@@ -31,7 +31,7 @@ class StreamingAudioWriter:
         import soundfile as sf
 
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=".part", dir=self.path.parent)
             os.close(fd)
             self._temp = Path(name)
             self._file = sf.SoundFile(

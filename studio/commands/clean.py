@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _cut_value(text: str) -> float | str:
@@ -39,10 +40,12 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from studio.atomic_files import remove_leftover_parts
     from studio.audio.clean import CleanOptions, clean_file
     from studio.audio.errors import AudioError
 
     options = CleanOptions(denoise=args.denoise, cut=args.cut)
+    remove_leftover_parts(Path(args.output).parent)
     try:
         report = clean_file(args.input, args.output, options, overwrite=args.force)
     except AudioError as exc:

@@ -223,7 +223,10 @@ def _synth(args: argparse.Namespace) -> int:
     if audio.size == 0:
         raise ValueError("the model produced no audio")
     out = Path(args.out)
+    from studio.atomic_files import remove_leftover_parts
     from studio.audio.loudness import master
+
+    remove_leftover_parts(out.parent)  # what an earlier synth killed while writing here left
 
     audio, rate, notes = master(audio, runner.output_rate(loaded.model), args.sample_rate, args.loudness)
     for warning in notes + write_or_keep(out, audio, rate, text):

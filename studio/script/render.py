@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.atomic_files import atomic_write_bytes
+from studio.atomic_files import atomic_write_bytes, remove_leftover_parts
 from studio.audio.export import ExportFormat, resample, write_audio
 from studio.request import Mode
 from studio.script.assemble import Cue, Joiner, srt_text, vtt_text
@@ -90,6 +90,7 @@ class ScriptRender:
     def plan(self, lines: Iterable[ScriptLine], resume: bool = False) -> list[LineRecord]:
         """One record per line; every voice is checked before anything renders. With ``resume`` a line
         whose key matches a finished line of the earlier render keeps that file (moved if it moved)."""
+        remove_leftover_parts(self.folder)  # files a render killed while writing left
         before = load_manifest(self.folder) if resume else []
         earlier = {r.key: r for r in before if r.done or self._written(r)}
         records = []
