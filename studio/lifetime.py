@@ -5,8 +5,8 @@ dies (``PR_SET_PDEATHSIG``, optional: it fires when the parent's *thread* that s
 watchdog thread waits on the parent (a pidfd; polling ``getppid()`` where there is none) and then sends
 this process SIGTERM, so vLLM's engine core shuts down in order, and SIGKILL after ``grace`` seconds.
 
-vLLM starts its engine core and workers itself, as daemonic ``multiprocessing`` children; the studio's
-vLLM plugin, which vLLM loads in each of them, calls ``arm_daemonic_child()`` and ``watch_forks()`` (a
+vLLM starts its engine core and workers itself, as ``multiprocessing`` children; the studio's
+vLLM plugin, which vLLM loads in each of them, calls ``arm_if_child()`` and ``watch_forks()`` (a
 forked child inherits the loaded plugin and does not load it again). The multiprocessing resource
 tracker needs nothing: it exits once every process holding its pipe has ended.
 
@@ -101,12 +101,11 @@ def _end_self(parent_pid: int, grace: float) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def arm_daemonic_child() -> bool:
-    """In a daemonic multiprocessing child (vLLM's engine core and workers are), die with the parent.
-
-    Daemonic children are ended by their parent when it exits normally; this extends that to every way
-    the parent ends. Returns whether this process is one."""
-    if multiprocessing.parent_process() is None or not multiprocessing.current_process().daemon:
+def arm_if_child() -> bool:
+    """In a process started by ``multiprocessing`` (vLLM's engine core and workers are), die with the
+    parent. vLLM ends them when it shuts down in order; this covers every other way its parent ends.
+    Returns whether this process is one."""
+    if multiprocessing.parent_process() is None:
         return False
     die_with_parent()
     return True
@@ -181,6 +180,20 @@ def end_children(grace: float = GRACE_S) -> None:
             log.warning("%s (pid %s) did not end within %.0f s; killing it", child.name, child.pid, grace)
             child.kill()
             child.join(5)
+
+
+def exit_now(code: int = 0) -> None:
+    """End this process at once with ``code`` after flushing the logs and standard streams: for a
+    process whose orderly shutdown is done, where the interpreter's teardown of native threads still
+    running (a model still loading) could hang or abort."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 @contextlib.contextmanager

@@ -52,7 +52,8 @@ def stopping_server(config: Any) -> Any:
 
 
 def serve_until_stopped(app: Any, service: Any, host: str, port: int, drain_seconds: float) -> int:
-    """Serve ``app`` until SIGINT or SIGTERM; drain, cancel, close ``service``, end our children; 0."""
+    """Serve ``app`` until SIGINT or SIGTERM; drain, cancel, close ``service``, end our children, then
+    end this process with status 0 (without the interpreter's teardown)."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -65,4 +66,7 @@ def serve_until_stopped(app: Any, service: Any, host: str, port: int, drain_seco
         service.close()  # cancels the takes still running, shuts vLLM's engine down
         lifetime.end_children()  # an engine core still starting (a model still loading)
         log.info("stopped")
+    # A model still loading holds native threads the interpreter's teardown would abort on
+    # ("terminate called without an active exception"); everything worth doing is done.
+    lifetime.exit_now(0)
     return 0

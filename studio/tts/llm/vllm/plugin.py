@@ -49,7 +49,7 @@ def register(in_process: bool = False) -> None:
 
     from studio import lifetime
 
-    lifetime.arm_daemonic_child()  # vLLM's engine core and workers: gone with the process that started them
+    lifetime.arm_if_child()  # vLLM's engine core and workers: gone with the process that started them
     lifetime.watch_forks()  # and those it forks (vLLM forks on CUDA; a fork does not load plugins again)
 
     if in_process and not _registered_by_class(ModelRegistry):
