@@ -1,6 +1,7 @@
 """Scale-out on Ray Serve: the same API, one model per replica (one GPU each where there are GPUs), Ray's
 routing and autoscaling in front. Each replica builds the app when Ray starts it (the builder runs there),
-loads its model, and says who it is in ``X-Served-By``."""
+loads its model, and says who it is in ``X-Served-By``; ``/metrics`` answers every replica's metrics, each
+labelled with its ``replica`` (`studio.serve.ray_metrics`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ class ReplicaSpec:
 
 def build_replica_app(spec: ReplicaSpec):
     """The ASGI app of one replica, its model loaded before it takes traffic."""
+    import os
+    import socket
+
     from studio.serve.app import create_app
+    from studio.serve.ray_metrics import replica_metrics
     from studio.serve.service import SpeechService
     from studio.voices import VoiceLibrary
 
@@ -31,7 +36,8 @@ def build_replica_app(spec: ReplicaSpec):
                             vllm_options=spec.vllm_options, vram_budget_gb=spec.vram_budget_gb,
                             asr_model=spec.asr_model)  # fmt: skip
     service.load()
-    return create_app(service, spec.api_key)
+    replica = f"{socket.gethostname()}:{os.getpid()}"  # as its X-Served-By says
+    return create_app(service, spec.api_key, metrics_text=replica_metrics(service.metrics.text, replica))
 
 
 def deployment(

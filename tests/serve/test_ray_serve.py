@@ -49,7 +49,32 @@ def test_two_replicas_both_answer_the_speech_api(tiny_model_dir, tmp_path):
             thread.join(300)
         assert codes == [200] * 8 and len(set(served)) == 2  # both replicas took requests
         assert httpx.get(f"{base}/health").json()["state"] == "ready"
+        _every_scrape_counts_both_replicas(base, auth, set(served))
         assert httpx.get(f"{base}/v1/voices").status_code == 401  # the key holds behind Ray's proxy too
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def _every_scrape_counts_both_replicas(base: str, auth: dict, replicas: set[str]) -> None:
+    """Whichever replica answers /metrics, it counts every replica's takes, each labelled with its replica."""
+    import time
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def ok_takes() -> dict[str, float]:
+        text = httpx.get(f"{base}/metrics", headers=auth, timeout=60).text
+        return {
+            s.labels["replica"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "cosyvoice_speech_requests_total" and s.labels.get("outcome") == "ok"
+        }
+
+    deadline = time.monotonic() + 30
+    while sum(ok_takes().values()) < 8 and time.monotonic() < deadline:
+        time.sleep(1)
+    for _ in range(4):  # Ray routes each scrape to either replica
+        counted = ok_takes()
+        assert set(counted) == replicas and sum(counted.values()) == 8, counted
