@@ -134,6 +134,7 @@ def level_figures(records: list[dict], wall: float) -> dict:
         "underrun_s": sum(r.get("underrun_s", 0.0) for r in done),
         "first_audio_s": percentiles([r["first_audio_s"] for r in done]),
         "audio_seconds": sum(r["audio_s"] for r in done),
+        "take_audio_s": percentiles([r["audio_s"] for r in done]),  # as run (HTTP: the server's bound)
         "audio_seconds_per_second": sum(r["audio_s"] for r in done) / wall if wall > 0 else 0.0,
         "goodput_takes_per_s": len(good) / wall if wall > 0 else 0.0,
         "goodput_share": len(good) / len(records) if records else 0.0,
