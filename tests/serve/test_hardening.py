@@ -209,3 +209,33 @@ def test_metrics_count_every_answer_by_status(server, client):
         if s.name.endswith("_total")
     }
     assert all(counted.get(code, 0) >= 1 for code in ("401", "404", "413", "422", "200")), counted
+
+
+def test_decoding_a_reference_leaves_the_event_loop_free(server, client, monkeypatch):
+    from studio.serve import formats
+
+    real_decode = formats.decode_upload
+
+    def slow_decode(*args, **kwargs):
+        time.sleep(2.0)
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(formats, "decode_upload", slow_decode)
+    body = {"input": "Hi.", "reference_audio": base64.b64encode(_audio(3.0)).decode()}
+    worker = threading.Thread(target=lambda: client.post("/v1/audio/speech", json=body))
+    worker.start()
+    time.sleep(0.3)
+    started = time.perf_counter()
+    assert httpx.get(f"{server[0]}/health", timeout=10).status_code == 200
+    assert time.perf_counter() - started < 1.0
+    worker.join(60)
+
+
+def test_the_openai_sdk_gets_audio_and_readable_refusals(server, narrator):
+    openai = pytest.importorskip("openai")
+    sdk = openai.OpenAI(base_url=f"{server[0]}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    audio = sdk.audio.speech.create(model="cosyvoice2", voice=narrator, input="Hello.", response_format="wav")
+    assert audio.content[:4] == b"RIFF"
+    with pytest.raises(openai.APIStatusError) as refused:
+        sdk.audio.speech.create(model="cosyvoice2", voice=narrator, input="Hi.", extra_body={"seed": 2**64})
+    assert refused.value.status_code == 422 and "seed" in str(refused.value)
