@@ -1,0 +1,77 @@
+"""What admission by a take's token bound costs in concurrency: the takes a VRAM plan's take share holds at
+once for a workload (studio/workloads.py), computed with the runtime's own estimate (`take_state_bytes`)
+on the full-size flow built on the meta device (no weights, no GPU). Compared: the bound (what the gate
+reserves), the state at rest (keys/values of the take's own frames, no growth headroom, no prompt), and,
+for a real model that stops by itself, the bound of its text (20 speech tokens per text token).
+
+    .venv/bin/python benchmarks/admission_cost.py --workload sentences --takes-share-gib 8.81
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import types
+from pathlib import Path
+
+import torch
+
+from studio import workloads
+from studio.tts.config import read_config
+from studio.tts.fabricate import yaml_template
+from studio.tts.flow.streaming.solver import solver_for
+from studio.tts.memory import STATE_STEPS, take_state_bytes
+
+GIB = 2**30
+TAKES_SHARE_24 = (
+    9463589606  # the 24 GiB plan's take share (2026-12-04_nvidia-h200_stop22-vram-budget-24.json)
+)
+
+
+def full_flow() -> torch.nn.Module:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cosyvoice2.yaml"
+        path.write_text(yaml_template.render_yaml(yaml_template.FULL_DIMENSIONS), encoding="utf-8")
+        with torch.device("meta"):
+            return read_config(path).build("flow")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workload", default="sentences", choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--takes-share-gib", type=float, default=TAKES_SHARE_24 / GIB)
+    parser.add_argument("--speech-per-text-token", type=float, default=7.5, help="a real model's, English")
+    args = parser.parse_args()
+    flow = full_flow()
+    parts = types.SimpleNamespace(flow=flow, fp16=True)
+    per_frame = solver_for(flow.decoder).layout.bytes_per_frame(STATE_STEPS, 2, torch.float16)
+    capacity = args.takes_share_gib * GIB
+    takes = workloads.takes(args.workload, 4000)
+    prompt_frames = [int(50 * (3.0 + t.voice % 4)) for t in takes]  # bench's voices: 3-6 s prompts
+    text_tokens = [max(1, round(t.speech_tokens / args.speech_per_text_token)) for t in takes]
+    rows = {
+        "state at rest (own frames x per-frame bytes)": [per_frame * 2 * t.speech_tokens for t in takes],
+        "reserved, exact length (bench --workload)": [
+            take_state_bytes(parts, p, t.speech_tokens) for t, p in zip(takes, prompt_frames, strict=True)
+        ],
+        "reserved, a real model's text bound (20 x text tokens)": [
+            take_state_bytes(parts, p, 20 * n) for p, n in zip(prompt_frames, text_tokens, strict=True)
+        ],
+    }
+    print(
+        f"{args.workload}: estimator state {per_frame / 1e6:.2f} MB per mel frame, "
+        f"{per_frame * 50 / 1e6:.0f} MB per second of audio; take share {args.takes_share_gib:.2f} GiB"
+    )
+    for name, needs in rows.items():
+        mean = statistics.mean(needs)
+        print(
+            f"  {name:55s} mean {mean / GIB:.2f} GiB, median {statistics.median(needs) / GIB:.2f} GiB: "
+            f"{capacity / mean:.1f} takes at once"
+        )
+
+
+if __name__ == "__main__":
+    main()
