@@ -13,6 +13,12 @@ from pathlib import Path
 
 from studio import envs
 
+#: The longest text one ``synth`` takes, in characters (about an hour of speech, ~350 MB of audio held until
+#: the file is written); longer texts go through ``render``, one file per line. The server keeps OpenAI's 4096.
+MAX_TEXT_CHARS = 50_000
+#: Texts from this long show their progress on stderr, one line per finished segment.
+PROGRESS_FROM_CHARS = 500
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -167,6 +173,43 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _read_text(args: argparse.Namespace) -> str:
+    """The text to say, refused (before the model loads) when it is longer than `MAX_TEXT_CHARS`."""
+    too_long = (
+        f"synth takes at most {MAX_TEXT_CHARS:,} characters (about an hour of speech); split the text, or "
+        "use 'render' with a script (one file per line)"
+    )
+    if args.text_file:
+        path = Path(args.text_file)
+        if path.is_file() and path.stat().st_size > 4 * MAX_TEXT_CHARS:  # UTF-8: at most 4 bytes a character
+            raise ValueError(f"{path} is {path.stat().st_size:,} bytes long; {too_long}")
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = args.text
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"the text has {len(text):,} characters; {too_long}")
+    return text
+
+
+def _progress_printer(stream: bool):
+    """``on_progress`` for a long take: a line on stderr per finished segment (streamed: at most one a second)."""
+    import time
+
+    started = time.perf_counter()
+    last, segments = [-1.0], [0]
+
+    def show(tokens: int, audio_seconds: float) -> None:
+        now = time.perf_counter() - started
+        segments[0] += 1
+        if not stream or now - last[0] >= 1.0:
+            last[0] = now
+            done = f"{audio_seconds:.1f} s of audio in {now:.1f} s"
+            line = f"progress: {done}" if stream else f"progress: segment {segments[0]}, {done}"
+            print(line, file=sys.stderr, flush=True)
+
+    return show
+
+
 def _synth(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -179,7 +222,7 @@ def _synth(args: argparse.Namespace) -> int:
     fmt = output_format(Path(args.out))  # a wrong suffix or rate is said before the model loads
     if args.sample_rate:
         fmt.check_rate(args.sample_rate)
-    text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
+    text = _read_text(args)
     if not args.prompt_wav and not args.voice:
         raise ValueError("give --prompt-wav F (a recording of the voice) or --voice ID (a saved voice)")
     prompt, prompt_sr = _read_prompt(args.prompt_wav) if args.prompt_wav else (None, 0)
@@ -216,7 +259,10 @@ def _synth(args: argparse.Namespace) -> int:
             warm = runner.run_take(loaded.model, warmup_request(), backend=loaded.backend)
             print(f"warmed up in {warm.total_seconds:.2f} s")
         chunks: list = []
-        stats = runner.run_take(loaded.model, request, on_chunk=chunks.append, backend=loaded.backend)
+        progress = _progress_printer(args.stream) if len(text) >= PROGRESS_FROM_CHARS else None
+        stats = runner.run_take(
+            loaded.model, request, on_chunk=chunks.append, on_progress=progress, backend=loaded.backend
+        )
     finally:
         loaded.close()
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)

@@ -172,3 +172,44 @@ def test_synth_runs_without_a_writable_config_folder(
     rc = main(["synth", "--model", str(tiny_model_dir), "--text", "Hello there.", *prompt, "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     assert sf.info(out).frames > 0
+
+
+def test_a_long_synth_shows_progress_and_a_too_long_one_is_refused_before_loading(
+    tmp_path, tiny_model_dir, prompt_wav, capsys, monkeypatch
+):
+    from studio.commands import synth
+    from studio.engine import runner
+
+    prompt = ["--prompt-wav", str(prompt_wav), "--prompt-text", WARMUP_PROMPT_TEXT]
+    long_text = tmp_path / "long.txt"
+    long_text.write_text("x" * (synth.MAX_TEXT_CHARS + 1), encoding="utf-8")
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    for text in (["--text", "y" * (synth.MAX_TEXT_CHARS + 1)], ["--text-file", str(long_text)]):
+        rc = main(["synth", "--model", str(tiny_model_dir), *text, *prompt, "--out", str(tmp_path / "t.wav")])
+        err = capsys.readouterr().err
+        assert rc == 2 and "at most 50,000 characters" in err and "render" in err
+    monkeypatch.undo()
+
+    text = " ".join(f"This is sentence number {n} of a long text for the progress test." for n in range(9))
+    assert len(text) >= synth.PROGRESS_FROM_CHARS
+    out = tmp_path / "long.wav"
+    rc = main(
+        [
+            "synth",
+            "--model",
+            str(tiny_model_dir),
+            "--text",
+            text,
+            *prompt,
+            "--seed",
+            "1",
+            "--tokens",
+            "10",
+            "--out",
+            str(out),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("progress: ")]
+    assert len(lines) >= 2 and lines[1].startswith("progress: segment 2, ") and "s of audio in" in lines[-1]
