@@ -33,8 +33,8 @@ from studio.model_layout import (
     YAML_FILE,
     missing_files,
 )
-from studio.tts.checkpoints import first_line, load_state_dict, safe_load
 from studio.tts.config import ModelConfig, read_config
+from studio.tts.device.checkpoints import first_line, load_state_dict, safe_load
 from studio.tts.device.fork_gate import ForkGate
 from studio.tts.device.skip_init import no_random_init
 from studio.tts.errors import ConfigError, MissingModelFileError, ModelFolderError

@@ -108,7 +108,7 @@ def dtype_name(dtype: Any) -> str:
 
 def weights_dtype(llm_pt: str | Path) -> str:
     """The dtype `llm.pt` stores the LM's weights in (that of its backbone norm), e.g. "float32"."""
-    from studio.tts.checkpoints import load_state_dict
+    from studio.tts.device.checkpoints import load_state_dict
 
     if not Path(llm_pt).is_file():
         raise VllmExportError(f"llm.pt not found: {llm_pt}")
@@ -179,7 +179,7 @@ def _write_export(llm_pt: Path, qwen2_config: dict[str, Any], folder: Path, dtyp
     import torch
     from safetensors.torch import save_file
 
-    from studio.tts.checkpoints import load_state_dict
+    from studio.tts.device.checkpoints import load_state_dict
 
     state = load_state_dict(Path(llm_pt), map_location="cpu", mmap=True)
     missing = [k for k in (SPEECH_EMBEDDING, DECODER_WEIGHT, DECODER_BIAS) if k not in state]
