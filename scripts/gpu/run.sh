@@ -8,11 +8,12 @@
 #                500-token takes at 64 streams (the real-workload issue's table)
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients,
 #                then 16 clients on a 24 GiB budget
+#   quick        bench --workload sentences at 1 and 16 streams, 32 takes (does the bench run here)
 #   tokens100    today's bench --tokens 100 levels (1, 4, 16, 32, 64), for comparison with earlier stops
 # Steps can be chained: `bash scripts/gpu/run.sh install workload`. A step that is not finished in time
 # leaves its log in OUT.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: run.sh STEP... (install, workload, http, tokens100)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: run.sh STEP... (install, quick, workload, http, tokens100)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 day=$(date -u +%Y-%m-%d)
 mkdir -p "$out"
@@ -45,6 +46,10 @@ workload() {
   workload_bench sentences-c1-c64 330 --workload sentences --concurrency 1,64 --takes 128
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
   workload_bench long-c64 240 --workload long --concurrency 64 --takes 64
+}
+
+quick() {
+  workload_bench sentences-c1-c16-quick 240 --workload sentences --concurrency 1,16 --takes 32
 }
 
 voices() {  # four synthetic voices in the server's library (as bench --workload makes them)
@@ -96,7 +101,7 @@ tokens100() {
 
 for step in "$@"; do
   case $step in
-    install | workload | http | tokens100) "$step" ;;
+    install | quick | workload | http | tokens100) "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
