@@ -39,9 +39,10 @@ def spawned(tag: str) -> int:
     count = 0
     for pid in tagged(tag):
         try:
-            count += b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
+        count += b"spawn_main" in cmdline or cmdline.startswith(b"VLLM::")  # vLLM renames its processes
     return count
 
 

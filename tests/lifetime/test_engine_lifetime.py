@@ -80,7 +80,14 @@ def wait_chunk(client: EngineClient, timeout: float) -> None:
         assert time.monotonic() < deadline, f"no audio within {timeout:.0f} s"
 
 
-@pytest.mark.parametrize("phase", ["loading", "take"])
+LOADING_GAP = pytest.mark.xfail(
+    reason="vLLM's engine core orphaned before its handshake with the engine waits out vLLM's 5-minute "
+    "handshake timeout: it loads the studio's plugin (and its parent watchdog) only after the handshake",
+    strict=False,
+)
+
+
+@pytest.mark.parametrize("phase", [pytest.param("loading", marks=LOADING_GAP), "take"])
 def test_the_studio_killed_leaves_no_engine_process(tiny_model_dir, tmp_path, phase):
     pytest.importorskip("vllm")
     env, tag = tagged_env(VLLM_CPU_KVCACHE_SPACE="1")
