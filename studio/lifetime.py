@@ -68,15 +68,23 @@ def expected_parent() -> int:
 def die_with_parent(
     parent_pid: int | None = None, *, pdeathsig: bool = False, grace: float = GRACE_S
 ) -> None:
-    """End this process when ``parent_pid`` (default: the process that started it) ends. Idempotent."""
+    """End this process when ``parent_pid`` (default: the process that started it) ends. Idempotent.
+
+    A process that leads its own process group (``lead_group``) ends the whole group: its children too,
+    also those that cannot watch for themselves yet (vLLM's engine core before its handshake). Such a
+    process needs the watchdog alive to do it, so ``pdeathsig`` (an instant SIGKILL) is not set for it."""
     global _armed_in
     if _armed_in == os.getpid():  # no lock: a lock held by another thread at a fork would stay held
         return
     _armed_in = os.getpid()
     parent_pid = parent_pid or expected_parent()
-    if pdeathsig:
+    if pdeathsig and not _leads_group():
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     threading.Thread(target=_watch, args=(parent_pid, grace), name="parent-watchdog", daemon=True).start()
+
+
+def _leads_group() -> bool:
+    return os.getpgrp() == os.getpid()
 
 
 def _watch(parent_pid: int, grace: float) -> None:
@@ -96,9 +104,41 @@ def _watch(parent_pid: int, grace: float) -> None:
 
 def _end_self(parent_pid: int, grace: float) -> None:
     log.warning("parent process %d has ended; ending process %d", parent_pid, os.getpid())
+    if _leads_group():
+        _end_own_group(grace)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(grace)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The pids of process group ``pgid`` (from ``/proc``; empty where there is none)."""
+    members = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # after the name: state, ppid, pgrp
+            members.append(int(entry.name))
+    return members
+
+
+def _end_own_group(grace: float) -> None:
+    """SIGTERM every other process of this process's group, SIGKILL what is left after ``grace``, then
+    SIGKILL the group (this process included)."""
+    me = os.getpid()
+    others = [pid for pid in group_members(me) if pid != me]
+    for pid in others:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(pid != me for pid in group_members(me)):
+        time.sleep(0.1)
+    signal_group(me, signal.SIGKILL)
 
 
 def arm_if_child() -> bool:

@@ -368,7 +368,7 @@ def _identity(fd: int) -> tuple[int, int] | None:
 def engine_main(requests: Any, events: Any, log_path: str) -> None:
     """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
     lifetime.lead_group()  # the client ends this process and all vLLM started under it together
-    lifetime.die_with_parent(pdeathsig=True)  # the client's thread that started it lives as long as it
+    lifetime.die_with_parent()  # as group leader, with vLLM's processes (even before their handshake)
     lifetime.set_name("studio-engine")
     configure_allocator()
     output = setup_logging(log_path)
