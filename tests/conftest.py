@@ -46,14 +46,14 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A factory of real small disks: ``small_disk(kib, read_only=False)`` mounts a fresh tmpfs of that size
-    (full-disk and read-only failures as a user's machine sees them) and unmounts it after the test.
-    Skips, saying why, where mounting is not allowed (it needs root)."""
+    """A factory of real small disks: ``small_disk(kib, read_only=False, full=False)`` mounts a fresh tmpfs of
+    that size (full-disk and read-only failures as a user's machine sees them; ``full``: filled to the last
+    byte) and unmounts it after the test. Skips, saying why, where mounting is not allowed (it needs root)."""
     import subprocess
 
     mounted: list[Path] = []
 
-    def make(kib: int, read_only: bool = False) -> Path:
+    def make(kib: int, read_only: bool = False, full: bool = False) -> Path:
         target = tmp_path / f"disk{len(mounted)}"
         target.mkdir()
         options = f"size={int(kib)}k,mode=0777" + (",ro" if read_only else "")
@@ -66,6 +66,13 @@ def small_disk(tmp_path):
         if done.returncode != 0:
             pytest.skip(f"cannot mount a small disk here: {done.stderr.decode(errors='replace').strip()}")
         mounted.append(target)
+        if full:
+            with open(target / "filler", "wb", buffering=0) as handle:
+                try:
+                    while True:
+                        handle.write(b"\0" * 4096)
+                except OSError:
+                    pass
         return target
 
     yield make

@@ -410,20 +410,6 @@ def engine_main(requests: Any, events: Any, log_path: str) -> None:
         faulthandler.disable()
         output.close()
         events.close()
-    exit_now()
-
-
-def exit_now(code: int = 0) -> None:
-    """End the engine process at once, after an orderly shutdown.
-
-    By now the model is closed (vLLM's engine-core and worker processes have exited and been reaped,
-    so nothing is left in shared memory), the log is flushed and the pipes are closed. What remains is
-    the interpreter's own teardown of torch and vLLM (thread joins, atexit hooks, module cleanup),
-    which took seconds on a busy CPU and bought nothing; the client waits for this exit."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    # The model is closed and vLLM's processes are reaped: the interpreter's own teardown of torch and
+    # vLLM (thread joins, atexit hooks) only costs seconds the client waits for.
+    lifetime.exit_now()

@@ -61,13 +61,7 @@ def test_cut_option_is_validated(tmp_path, recording, capsys):
 
 
 def test_clean_json_onto_a_full_disk_leaves_no_file_and_says_so(tmp_path, recording, capsys, small_disk):
-    disk = small_disk(64)
-    with open(disk / "filler", "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError:
-            pass
+    disk = small_disk(64, full=True)
     rc = main(["clean", str(recording), str(tmp_path / "prompt.wav"), "--json", str(disk / "report.json")])
     err = capsys.readouterr().err
     assert rc == 1 and "report was not written" in err and "full" in err

@@ -175,18 +175,8 @@ def test_doctor_reads_settings_without_a_writable_config_folder(tmp_path, monkey
     assert not config.exists()  # reading settings creates nothing
 
 
-def _fill(disk: Path) -> None:
-    with open(disk / "filler", "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError:
-            pass
-
-
 def test_doctor_json_onto_a_full_disk_leaves_no_file_and_says_so(tmp_path, capsys, small_disk):
-    disk = small_disk(64)
-    _fill(disk)
+    disk = small_disk(64, full=True)
     rc = main(["doctor", "--model", str(tmp_path / "no-model"), "--json", str(disk / "doctor.json")])
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err

@@ -48,6 +48,36 @@ def server(tiny_model_dir, tmp_path_factory):
     service.close()
 
 
+def wav_bytes(seconds: float, rate: int = 16000, fmt: str = "WAV", silent: bool = False) -> bytes:
+    """A speech-like recording (or silence) as the bytes of an audio file."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from studio.engine.warmup import synthetic_voice
+
+    samples = np.zeros(int(seconds * rate), np.float32) if silent else 0.4 * synthetic_voice(rate, seconds)
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format=fmt, subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def register_voice(base: str, name: str, seconds: float = 3.0) -> str:
+    """Register a voice through the API; its id."""
+    import httpx
+
+    made = httpx.post(
+        f"{base}/v1/voices",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        data={"name": name, "transcript": "A calm voice."},
+        files={"audio": ("voice.wav", wav_bytes(seconds))},
+        timeout=120,
+    )
+    assert made.status_code == 201, made.text
+    return made.json()["id"]
+
+
 @pytest.fixture
 def client(server):
     import httpx

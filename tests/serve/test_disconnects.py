@@ -8,8 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve.conftest import API_KEY
-from tests.serve.test_hardening import _audio
+from tests.serve.conftest import API_KEY, register_voice
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 LONG = "This take is long enough to be abandoned well before it ends by itself. " * 3
@@ -17,16 +16,7 @@ LONG = "This take is long enough to be abandoned well before it ends by itself. 
 
 @pytest.fixture(scope="module")
 def voice(server):
-    base, _ = server
-    made = httpx.post(
-        f"{base}/v1/voices",
-        headers=AUTH,
-        data={"name": "Leaver", "transcript": "A calm voice."},
-        files={"audio": ("n.wav", _audio(3.0))},
-        timeout=120,
-    )
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
+    return register_voice(server[0], "Leaver")
 
 
 def _cancelled(client) -> float:

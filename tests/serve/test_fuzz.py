@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.serve.conftest import API_KEY
-from tests.serve.test_hardening import _audio
+from tests.serve.conftest import API_KEY, register_voice, wav_bytes
 
 FUZZ = settings(
     max_examples=150,
@@ -52,16 +51,7 @@ SPEECH = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 def fuzz_voice(server):
-    base, _ = server
-    made = httpx.post(
-        f"{base}/v1/voices",
-        headers={"Authorization": f"Bearer {API_KEY}"},
-        data={"name": "Fuzz", "transcript": "A calm voice."},
-        files={"audio": ("f.wav", _audio(3.0))},
-        timeout=120,
-    )
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
+    return register_voice(server[0], "Fuzz")
 
 
 def _sound(answer: httpx.Response) -> None:
@@ -120,7 +110,7 @@ def test_raw_requests_anywhere(server, method, path, content, keyed):
 @settings(FUZZ, max_examples=40)
 @given(
     name=st.one_of(st.text(max_size=20), st.sampled_from(["a\u0000b", "n" * 200, "../x", "Fuzz"])),
-    audio=st.one_of(st.binary(max_size=200), st.sampled_from([b"RIFF", b"fLaC", b"OggS", _audio(3.0)])),
+    audio=st.one_of(st.binary(max_size=200), st.sampled_from([b"RIFF", b"fLaC", b"OggS", wav_bytes(3.0)])),
     transcript=st.text(max_size=20),
     overwrite=st.sampled_from(["true", "false", "maybe"]),
 )

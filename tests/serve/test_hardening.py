@@ -5,40 +5,20 @@ counted by status."""
 from __future__ import annotations
 
 import base64
-import io
 import threading
 import time
 
 import httpx
-import numpy as np
 import pytest
-import soundfile as sf
 
-from studio.engine.warmup import synthetic_voice
-from tests.serve.conftest import API_KEY
+from tests.serve.conftest import API_KEY, register_voice, wav_bytes
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
-def _audio(seconds: float, rate: int = 16000, fmt: str = "WAV", silent: bool = False) -> bytes:
-    samples = np.zeros(int(seconds * rate), np.float32) if silent else 0.4 * synthetic_voice(rate, seconds)
-    buffer = io.BytesIO()
-    sf.write(buffer, samples, rate, format=fmt, subtype="PCM_16")
-    return buffer.getvalue()
-
-
 @pytest.fixture(scope="module")
 def narrator(server):
-    base, _ = server
-    made = httpx.post(
-        f"{base}/v1/voices",
-        headers=AUTH,
-        data={"name": "Narrator", "transcript": "A calm voice."},
-        files={"audio": ("n.wav", _audio(3.0))},
-        timeout=120,
-    )
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
+    return register_voice(server[0], "Narrator")
 
 
 def _refused(answer: httpx.Response, status: int, param: str | None) -> dict:
@@ -111,7 +91,7 @@ def test_a_lone_surrogate_and_broken_json_are_422(client, narrator):
 
 
 def test_a_40_s_reference_audio_is_refused_naming_the_field(client):
-    body = {"input": "Hi.", "reference_audio": base64.b64encode(_audio(40.0)).decode()}
+    body = {"input": "Hi.", "reference_audio": base64.b64encode(wav_bytes(40.0)).decode()}
     answer = client.post("/v1/audio/speech", json=body)
     assert 400 <= answer.status_code < 500
     _refused(answer, answer.status_code, "reference_audio")
@@ -119,7 +99,7 @@ def test_a_40_s_reference_audio_is_refused_naming_the_field(client):
 
 def test_an_hour_of_silence_is_refused_from_its_header_in_milliseconds(server, client):
     base, _ = server
-    flac = _audio(3600.0, 8000, "FLAC", silent=True)
+    flac = wav_bytes(3600.0, 8000, "FLAC", silent=True)
     started = time.perf_counter()
     answer = client.post("/v1/voices", data={"name": "Silence"}, files={"audio": ("s.flac", flac)})
     assert time.perf_counter() - started < 1.0
@@ -133,7 +113,7 @@ def test_an_hour_of_silence_is_refused_from_its_header_in_milliseconds(server, c
 
 
 def test_voice_ids_match_exactly(client, narrator):
-    made = client.post("/v1/voices", data={"name": "Victim2"}, files={"audio": ("v.wav", _audio(3.0))})
+    made = client.post("/v1/voices", data={"name": "Victim2"}, files={"audio": ("v.wav", wav_bytes(3.0))})
     assert made.status_code == 201 and made.json()["id"] == "victim2"
     _refused(client.delete("/v1/voices/VICTIM2!!"), 404, "voice_id")
     _refused(client.delete("/v1/voices/Victim2"), 404, "voice_id")
@@ -144,7 +124,7 @@ def test_voice_ids_match_exactly(client, narrator):
 def test_eight_concurrent_registrations_of_one_name_make_one_voice(server):
     base, _ = server
     codes: list[int] = []
-    data = _audio(3.0)
+    data = wav_bytes(3.0)
 
     def register() -> None:
         answer = httpx.post(
@@ -187,7 +167,9 @@ def test_eight_concurrent_registrations_of_one_name_make_one_voice(server):
 @pytest.mark.parametrize(("name", "transcript"), [("a\u0000b", ""), ("n" * 10_000, ""), ("Ok", "t" * 5000)])
 def test_voice_names_and_transcripts_are_checked(client, name, transcript):
     answer = client.post(
-        "/v1/voices", data={"name": name, "transcript": transcript}, files={"audio": ("v.wav", _audio(3.0))}
+        "/v1/voices",
+        data={"name": name, "transcript": transcript},
+        files={"audio": ("v.wav", wav_bytes(3.0))},
     )
     _refused(answer, 422, "transcript" if transcript else "name")
 
@@ -221,7 +203,7 @@ def test_decoding_a_reference_leaves_the_event_loop_free(server, client, monkeyp
         return real_decode(*args, **kwargs)
 
     monkeypatch.setattr(formats, "decode_upload", slow_decode)
-    body = {"input": "Hi.", "reference_audio": base64.b64encode(_audio(3.0)).decode()}
+    body = {"input": "Hi.", "reference_audio": base64.b64encode(wav_bytes(3.0)).decode()}
     worker = threading.Thread(target=lambda: client.post("/v1/audio/speech", json=body))
     worker.start()
     time.sleep(0.3)
