@@ -4,16 +4,16 @@
 # `mkdir -p /root/vl && cp .gpu/dK/q* /root/vl/` (K = 1..5), back to back.
 # Steps (carry [".gpu/c5", ".whl"] on every call; OUT is the device tool's output folder):
 #   install      vLLM 0.22.0 and the studio's missing wheels, the full-size random model in /tmp/full
-#   workload     bench --workload: sentences at 1 and 64 streams, sentences at 16 streams on a 24 GiB budget,
-#                500-token takes at 64 streams (the real-workload issue's table)
-#   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients,
-#                then 16 clients on a 24 GiB budget
+#   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget
+#   long         bench --workload long (500-token takes) at 64 streams
+#   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
+#   http24       the same at 16 clients on a 24 GiB budget
 #   quick        bench --workload sentences at 1 and 16 streams, 32 takes (does the bench run here)
 #   tokens100    today's bench --tokens 100 levels (1, 4, 16, 32, 64), for comparison with earlier stops
 # Steps can be chained: `bash scripts/gpu/run.sh install workload`. A step that is not finished in time
 # leaves its log in OUT.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: run.sh STEP... (install, quick, workload, http, tokens100)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: run.sh STEP... (install, quick, workload, long, http, http24, tokens100)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 day=$(date -u +%Y-%m-%d)
 mkdir -p "$out"
@@ -43,8 +43,11 @@ workload_bench() {  # $1: name, $2: seconds allowed, rest: bench flags
 }
 
 workload() {
-  workload_bench sentences-c1-c64 330 --workload sentences --concurrency 1,64 --takes 128
+  workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
+}
+
+long() {
   workload_bench long-c64 240 --workload long --concurrency 64 --takes 64
 }
 
@@ -89,6 +92,10 @@ serve_level() {  # $1: name, $2: seconds allowed, $3: clients, rest: serve flags
 http() {
   voices
   serve_level sentences-c64-c128 330 64,128
+}
+
+http24() {
+  voices
   serve_level sentences-c16-budget24 200 16 --vram-budget 24
 }
 
@@ -101,7 +108,7 @@ tokens100() {
 
 for step in "$@"; do
   case $step in
-    install | quick | workload | http | tokens100) "$step" ;;
+    install | quick | workload | long | http | http24 | tokens100) "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
