@@ -121,12 +121,6 @@ FLOW_BATCH_MB = _define(
     "the batched flow solver's work area, in MB",
     speed=True,
 )
-FLOW_MAX_FRAMES = _define(
-    "STUDIO_FLOW_MAX_FRAMES",
-    "256",
-    "most mel frames of one take's chunk solved in one pass; a longer chunk is solved in pieces (0: no cap)",
-    speed=True,
-)
 FLOW_ARENA_SHARE = _define(
     "STUDIO_FLOW_ARENA_SHARE",
     "0.5",

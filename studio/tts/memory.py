@@ -16,7 +16,7 @@ import torch
 from studio.model_layout import FLOW_FILE, HIFT_FILE
 from studio.tts.device.vram_budget import VramPlan, cap_process, plan_for_device
 from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES
-from studio.tts.flow.streaming.solver import ArenaTooSmallError, solver_for
+from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.take_gate import Holding, TakeGate
 
 log = logging.getLogger(__name__)
@@ -97,17 +97,6 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     return state_bytes(parts, int(prompt_frames) + ratio * int(speech_tokens))
 
 
-def check_arena(parts, frames: int) -> None:
-    """Raise `ArenaTooSmallError` (a `SynthesisError`) before a take whose chunk solved alone up to ``frames``
-    mel frames (prompt included) would need a work arena beyond the flow's budget; its state is copied into
-    the arena, so no split of its chunks makes it fit."""
-    solver = solver_for(parts.flow.decoder)
-    dtype = torch.float16 if parts.fp16 else torch.float32
-    need, budget = solver.lone_arena_bytes(int(frames), STATE_STEPS, dtype, torch.device(parts.device))
-    if need > budget:
-        raise ArenaTooSmallError(need, int(frames), budget)
-
-
 @contextmanager
 def take_admitted(
     gate: TakeGate, parts, prompt_frames: int, max_tokens: int, first_tokens: int, cancel
@@ -115,7 +104,6 @@ def take_admitted(
     """Admit a take (its holding: the state of its prompt and first `first_tokens`; its bound: `max_tokens`)
     and yield its `Holding`, whose `need_for(frames)` its chunks ask to grow to; False when cancelled."""
     ratio = int(getattr(parts.flow, "token_mel_ratio", 2))
-    check_arena(parts, prompt_frames + ratio * max_tokens)
     bound = state_bytes(parts, prompt_frames + ratio * max_tokens)
     first = state_bytes(parts, prompt_frames + ratio * min(max_tokens, first_tokens))
     with gate.admitted(first, cancel, bound=bound) as holding:

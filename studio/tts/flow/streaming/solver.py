@@ -19,6 +19,7 @@ one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from torch import nn
 
 from studio import envs
 from studio.tts.device.cuda_graphs import ShapeGraphs, autocast_context, bucket_batch, capture_graph
-from studio.tts.flow.streaming.arena import ArenaTooSmallError, bucket_frames, tight_context
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -37,7 +37,6 @@ from studio.tts.flow.streaming.batched_solve import (
     batch_inputs,
     solve_batch,
 )
-from studio.tts.flow.streaming.pieces import MAX_FRAMES, Chain
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +71,12 @@ class SolveRequest:
         return self.mu.shape[2]
 
 
+# -- batching and graphs ---------------------------------------------------------------------------------
+def _bucket_frames(frames: int) -> int:
+    """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
+    return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
+
+
 def _env_number(var: envs.EnvVar, default: float) -> float:
     value = var.number()
     return default if value is None else value
@@ -85,8 +90,7 @@ class _Batch:
     cap: int  # key/value rows the solve may touch
     dtype: torch.dtype
     steps: int
-    arena_rows: int  # the shared arena's shape this batch needs (takes, context frames), within the budget
-    arena_cap: int
+    oversize: bool = False  # beyond the budget alone: runs eagerly on a temporary arena
 
 
 class EstimatorSolver:
@@ -94,8 +98,7 @@ class EstimatorSolver:
 
     `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 32); the work arena's
     key/value storage is kept under `budget_bytes` (``$STUDIO_FLOW_BATCH_MB``; default a fifth of the GPU's
-    memory, 1 GB on CPU; the VRAM plan's flow-arena share when a budget is set) by splitting batches and
-    reshaping the arena, never beside it; a chunk longer than ``$STUDIO_FLOW_MAX_FRAMES`` runs in pieces.
+    memory, 1 GB on CPU) by splitting batches; a single request larger than that runs on a temporary arena.
     """
 
     def __init__(
@@ -105,7 +108,6 @@ class EstimatorSolver:
         max_batch: int | None = None,
         budget_bytes: int | None = None,
         capture=capture_graph,
-        max_frames: int | None = None,
     ):
         self.cfm = cfm
         self.estimator = cfm.estimator
@@ -124,10 +126,6 @@ class EstimatorSolver:
             "flow solve", self._solve_static, SOLVE_GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
         )
         self._graphs_on_cpu = capture is not capture_graph  # a stand-in capture (tests): graphs anywhere
-        self.max_frames = int(
-            _env_number(envs.FLOW_MAX_FRAMES, MAX_FRAMES) if max_frames is None else max_frames
-        )
-        self.peak_arena_bytes = 0  # the largest work arena allocated (its keys/values)
         self.batches = 0  # solves run, and requests served (batching shows as requests > batches)
         self.requests = 0
 
@@ -190,46 +188,19 @@ class EstimatorSolver:
 
     @torch.inference_mode()
     def _run_all(self, requests: list[SolveRequest], wait: bool = True) -> None:
-        """Solve `requests`; a chunk longer than `max_frames` in pieces, the n-th pieces of all in round n."""
-        chunk = self.estimator.static_chunk_size
-        chains = [Chain.split(r, chunk, self.max_frames) for r in requests]
-        sequences = [
-            [r] if chain is None else chain.pieces for r, chain in zip(requests, chains, strict=True)
-        ]
-        for index in range(max(map(len, sequences), default=0)):
-            self._run_round(
-                [
-                    s[index]
-                    for s, c in zip(sequences, chains, strict=True)
-                    if index < len(s) and not (c and c.failed)
-                ]
-            )
-            for chain in chains:
-                if chain is not None and index < len(chain.pieces):
-                    chain.after(index)
-        for chain in chains:
-            if chain is not None:
-                chain.finish()
-        if wait and requests and requests[0].mu.is_cuda:
-            # Stay the leader until the GPU has run the batch: the takes that queue meanwhile form the next
-            # batch. Released at once, the leader would only enqueue kernels, and every take's chunk would
-            # wait for the GPU alone, one after another. (Synchronising releases the interpreter lock.)
-            torch.cuda.current_stream(requests[0].mu.device).synchronize()
-
-    def _run_round(self, requests: list[SolveRequest]) -> None:
         groups: dict[tuple, list[SolveRequest]] = {}
         for request in requests:
             groups.setdefault((request.mu.dtype, request.steps), []).append(request)
         for group in groups.values():
             while group:
-                try:
-                    batch = self._plan(group)
-                except ArenaTooSmallError as exc:  # this request alone cannot fit: it fails, the others run
-                    group[0].error, group[0].done = exc, True
-                    del group[0]
-                    continue
+                batch = self._plan(group)
                 del group[: len(batch.requests)]
                 self._run_isolated(batch)
+        if wait and requests and requests[0].mu.is_cuda:
+            # Stay the leader until the GPU has run the batch: the takes that queue meanwhile form the next
+            # batch. Released at once, the leader would only enqueue kernels, and every take's chunk would
+            # wait for the GPU alone, one after another. (Synchronising releases the interpreter lock.)
+            torch.cuda.current_stream(requests[0].mu.device).synchronize()
 
     def _run_isolated(self, batch: _Batch) -> None:
         """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error.
@@ -263,11 +234,7 @@ class EstimatorSolver:
         return self.budget_bytes
 
     def _plan(self, group: list[SolveRequest]) -> _Batch:
-        """The largest batch from the head of `group` whose arena fits the budget (at least one request).
-
-        The shared arena is reused while a batch fits it, grown (never shrinking a dimension) when that fits
-        the budget, else made anew in this batch's shape alone; nothing is ever allocated beside it. A request
-        that does not fit the budget alone raises `ArenaTooSmallError`."""
+        """The largest batch from the head of `group` whose arena fits the budget (at least one request)."""
         first = group[0]
         budget = self._budget(first.mu.device)
         count = min(len(group), self.max_batch)
@@ -276,37 +243,20 @@ class EstimatorSolver:
             frames = max(r.frames for r in chosen)
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
-                frames, rows = bucket_frames(frames), bucket_batch(count)
+                frames, rows = _bucket_frames(frames), bucket_batch(count)
             needed = max(r.frame0 for r in chosen) + frames
-            for cap, arena_rows in (
-                self._arena_size(first, rows, needed),
-                (tight_context(needed, self.buckets), rows),
-            ):
-                if self.arena_bytes(cap, arena_rows, first.steps, first.mu.dtype) <= budget:
-                    batch_cap = (
-                        cap if self.buckets else needed
-                    )  # graphs attend over the arena's whole context
-                    return _Batch(
-                        chosen, rows, frames, batch_cap, first.mu.dtype, first.steps, arena_rows, cap
-                    )
-            if count == 1:
-                raise ArenaTooSmallError(
-                    self.arena_bytes(tight_context(needed, self.buckets), rows, first.steps, first.mu.dtype),
-                    needed,
-                    budget,
-                )
+            cap, arena_rows = needed, rows
+            if self.buckets:
+                cap, arena_rows = self._arena_size(first, rows, needed)
+            batch = _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps)
+            batch.oversize = (
+                cap * self.layout.bytes_per_frame(first.steps, 2 * arena_rows, batch.dtype) > budget
+            )
+            if not batch.oversize or count == 1:
+                if batch.oversize:  # one request alone beyond the budget: an exact-size arena, freed after
+                    batch.rows, batch.frames, batch.cap = 1, first.frames, first.frame0 + first.frames
+                return batch
             count = max(1, count // 2)
-
-    def arena_bytes(self, cap: int, rows: int, steps: int, dtype: torch.dtype) -> int:
-        """Bytes of an arena's keys/values for `rows` takes (2 CFG rows each) over `cap` context frames."""
-        return cap * self.layout.bytes_per_frame(steps, 2 * rows, dtype)
-
-    def lone_arena_bytes(self, end_frame: int, steps: int, dtype: torch.dtype, device) -> tuple[int, int]:
-        """(the most arena bytes a lone chunk ending by `end_frame` needs, the budget)."""
-        padding = 63 if self.buckets else 0  # a chunk's frames padded to its bucket (`bucket_frames`)
-        return self.arena_bytes(
-            tight_context(end_frame + padding, self.buckets), 1, steps, dtype
-        ), self._budget(device)
 
     def _compatible(self, request: SolveRequest) -> WorkArena | None:
         arena = self._arena
@@ -326,19 +276,22 @@ class EstimatorSolver:
         """
         arena = self._compatible(request)
         if arena is None:
-            return (max(512, tight_context(needed, self.buckets)) if self.buckets else needed), rows
+            return max(512, 256 * math.ceil(needed / 256)), rows
         cap, have = arena.kv.shape[5], arena.kv.shape[3] // 2
         if cap < needed:
-            cap = max(tight_context(needed, self.buckets), 2 * cap) if self.buckets else needed
+            cap = max(256 * math.ceil(needed / 256), 2 * cap)
         return cap, max(rows, have)
 
     # -- one batch ------------------------------------------------------------------------------------
     def _run(self, batch: _Batch) -> None:
         device = batch.requests[0].mu.device
-        arena = self._arena_for(batch, device)
+        if batch.oversize:  # a temporary arena of the exact size, freed after
+            arena = self._allocate(batch, 2 * batch.rows, batch.cap, device)
+        else:
+            arena = self._arena_for(batch, device)
         io = batch_inputs(self.cfm, self.layout, batch.requests, batch.rows, batch.frames, batch.cap, device)
         self._copy_in(batch, arena)  # a capture runs no pass (EAGER_FIRST): the arena stays as copied
-        if self.graphs and (device.type == "cuda" or self._graphs_on_cpu):
+        if self.graphs and (device.type == "cuda" or self._graphs_on_cpu) and not batch.oversize:
             output = self._replay(batch, io)  # a failed capture leaves the graphs off: eager from then on
         else:
             output = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
@@ -347,21 +300,21 @@ class EstimatorSolver:
         self.requests += len(batch.requests)
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
-        """A view of the shared arena for this batch; when it is too small, it is freed and made anew in the
-        shape `_plan` checked against the budget."""
+        """A view of the shared arena for this batch, (re)allocated when it is too small."""
         arena = self._compatible(batch.requests[0])
         rows = 2 * batch.rows
         if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] < batch.cap:
+            rows_total = rows if arena is None else max(rows, arena.kv.shape[3])
+            cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             log.info(
                 "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
-                2 * batch.arena_rows, batch.arena_cap, len(self._graphs),
+                rows_total, cap, len(self._graphs),
             )  # fmt: skip
-            arena = self._arena = None  # freed before the new one is made, not beside it
+            arena = self._arena = None  # freed before the larger one is made, not beside it
             self._graphs.drop()  # the old arena's graphs die with it
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
-            arena = self._arena = self._allocate(batch, 2 * batch.arena_rows, batch.arena_cap, device)
-            self.peak_arena_bytes = max(self.peak_arena_bytes, arena.kv.nbytes)
+            arena = self._arena = self._allocate(batch, rows_total, cap, device)
         return WorkArena(arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows])
 
     @property
