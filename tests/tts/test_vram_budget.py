@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from studio.tts.cosyvoice2 import SynthesisSpec
-from studio.tts.device.vram_budget import GIB, VramBudgetError, plan_vram
+from studio.tts.device.vram_budget import ACTIVATIONS, GIB, VramBudgetError, plan_vram
 from studio.tts.errors import SynthesisError
 from studio.tts.memory import take_state_bytes
 from studio.tts.take_gate import TakeGate
@@ -18,7 +18,7 @@ from studio.tts.take_gate import TakeGate
 
 def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     plan = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=True)
-    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 2 * GIB == pytest.approx(
+    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 2 * GIB + ACTIVATIONS == pytest.approx(
         24 * GIB, abs=2
     )
     assert 3 * GIB <= plan.vllm <= 8 * GIB and plan.gpu_memory_utilization == pytest.approx(
@@ -26,9 +26,10 @@ def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     )
     cap = plan.process_fraction * 140 * GIB  # PyTorch's share: the rest less what CUDA holds outside it
     assert cap == pytest.approx(24 * GIB - plan.vllm - 1.5 * GIB)
-    assert plan.resident + plan.flow_arena + plan.takes < cap
+    # the takes' states and the arena may fill their shares: the activations still have room under the cap
+    assert plan.resident + plan.flow_arena + plan.takes + ACTIVATIONS < cap
     assert (
-        plan.takes > 8 * GIB
+        plan.takes > 7 * GIB
         and plan.takes == pytest.approx(plan.flow_arena, abs=1)
         and "takes" in plan.describe()
     )

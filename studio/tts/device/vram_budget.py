@@ -24,6 +24,10 @@ VLLM_SHARE = 0.15  # of the budget, within [VLLM_MIN, VLLM_MAX]: a 0.5B LM needs
 VLLM_MIN, VLLM_MAX = 3 * GIB, 8 * GIB
 OUTSIDE_ALLOCATOR = 1.5 * GIB  # both processes' CUDA contexts and library workspaces: never PyTorch's to use
 ALLOCATOR_SLACK = 0.5 * GIB  # CUDA-graph pools and fragmentation inside this process's cap
+# Activations outside the arena and the takes' states: HiFT's batch (up to 2048 mel frames at 480 samples
+# each, float32), the encoder's batch, the solve's attention scores, cuBLAS workspaces. The take gate fills
+# its share to the last byte, so without this the first take to need them fails for memory.
+ACTIVATIONS = 2 * GIB
 # The flow's arena holds the states of the takes it batches (copied in): half of what is left after vLLM,
 # the weights and the reserve lets it batch about as many takes as the other half admits (measured on the
 # H200: a 4 GiB arena batched 1.3-1.7 takes at 16-64 streams). `STUDIO_FLOW_ARENA_SHARE` sets it.
@@ -84,7 +88,7 @@ def plan_vram(
     vllm = int(min(max(budget * VLLM_SHARE, VLLM_MIN), VLLM_MAX)) if with_vllm else 0
     if with_vllm and vllm_need is not None:
         vllm = min(vllm, int(vllm_need))
-    reserve = OUTSIDE_ALLOCATOR + ALLOCATOR_SLACK
+    reserve = OUTSIDE_ALLOCATOR + ALLOCATOR_SLACK + ACTIVATIONS
     rest = budget - vllm - resident - int(reserve)
     if rest < 512 * 2**20:
         raise VramBudgetError(

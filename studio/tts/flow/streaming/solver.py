@@ -286,6 +286,7 @@ class EstimatorSolver:
     def _run(self, batch: _Batch) -> None:
         device = batch.requests[0].mu.device
         if batch.oversize:  # a temporary arena of the exact size, freed after
+            self._release_shared_for(batch, device)
             arena = self._allocate(batch, 2 * batch.rows, batch.cap, device)
         else:
             arena = self._arena_for(batch, device)
@@ -298,6 +299,22 @@ class EstimatorSolver:
         self._copy_out(batch, arena, output)
         self.batches += 1
         self.requests += len(batch.requests)
+
+    def _release_shared_for(self, batch: _Batch, device: torch.device) -> None:
+        """Free the shared arena (and its graphs) when it and `batch`'s own arena would not fit the budget
+        together: the two are never allocated beyond it side by side."""
+        arena = self._arena
+        if arena is None:
+            return
+        own = batch.cap * self.layout.bytes_per_frame(batch.steps, 2 * batch.rows, batch.dtype)
+        shared = arena.kv.numel() * arena.kv.element_size() + arena.tails.numel() * arena.tails.element_size()
+        if own + shared <= self._budget(device):
+            return
+        log.info("flow: work arena let go for a lone chunk of %d context frames", batch.cap)
+        self._arena = None
+        self._graphs.drop()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
         """A view of the shared arena for this batch, (re)allocated when it is too small."""
