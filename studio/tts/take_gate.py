@@ -120,7 +120,11 @@ class TakeGate:
             ticket = next(self._tickets)
             self._queue.append(ticket)
             waited = False
-            while not (self._queue[0] == ticket and self._admissible(need, bound)):
+            while not (
+                self._queue[0] == ticket
+                and not any(h.deferred for h in self._holdings.values())
+                and self._safe(extra=(need, bound))
+            ):
                 if cancel is not None and cancel.is_set():
                     self._queue.remove(ticket)
                     self._condition.notify_all()
@@ -128,26 +132,12 @@ class TakeGate:
                 waited = True
                 self._condition.wait(POLL_S)
             self._queue.popleft()
+            holding = self._holdings[ticket] = Holding(self, ticket, need, bound)
+            self.used += need
             self.queued_total += waited
+            self.peak_running = max(self.peak_running, len(self._holdings))
             self._condition.notify_all()  # the next in line may be safe too
-            return self._hold(ticket, need, bound)
-
-    def try_admit(self, need: int, bound: int) -> Holding | None:
-        """`admit` without waiting: None when no take is queued before it and it is safe (simulations)."""
-        with self._condition:
-            if self._queue or not self._admissible(need, bound):
-                return None
-            return self._hold(next(self._tickets), need, bound)
-
-    def _admissible(self, need: int, bound: int) -> bool:
-        """Running takes come first (none deferred), and the system stays safe with this one (lock held)."""
-        return not any(h.deferred for h in self._holdings.values()) and self._safe(extra=(need, bound))
-
-    def _hold(self, seq: int, need: int, bound: int) -> Holding:
-        holding = self._holdings[seq] = Holding(self, seq, need, bound)
-        self.used += need
-        self.peak_running = max(self.peak_running, len(self._holdings))
-        return holding
+            return holding
 
     @contextmanager
     def admitted(
