@@ -27,7 +27,7 @@ from studio.tts.chunk_scheduler import ChunkCancelled, close_scheduler
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.loader import load_model_folder_beside, load_spk2info
-from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_admitted
+from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
 from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
@@ -310,16 +310,17 @@ class CosyVoice2:
                 ignore_stop=ignore_stop,
             )
 
-        if self.take_gate is None:
-            yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
+        if self.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
+            # the reservation covers the longest the take can grow (its token bound), never an expected length
+            need = take_state_bytes(self.model, prompt.flow_feat.shape[1], max_len)
+            with self.take_gate.admitted(need, cancel) as admitted:
+                if admitted:
+                    yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
             return
-        frames, first = prompt.flow_feat.shape[1], 2 * self.token_hop_len  # waits here or before a chunk
-        with take_admitted(self.take_gate, self.model, frames, max_len, first, cancel) as holding:
-            if holding:  # False: cancelled while it waited for memory (a take never fails for it)
-                yield from self._sentence_audio(spec, prompt, generate, cancel, seed, holding)
+        yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
 
     def _sentence_audio(
-        self, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int, memory=None
+        self, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
     ) -> Iterator[dict]:
         # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
         producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
@@ -338,7 +339,6 @@ class CosyVoice2:
                 token_hop_len=self.token_hop_len,
                 first_hop=spec.first_hop_tokens,
                 cancel=cancel,
-                memory=memory,
             )
             while spec.stream:
                 available = producer.wait_for(stream.tokens_needed())

@@ -4,25 +4,21 @@ model (this process's cap, the flow arena, the take gate); and the most one take
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from studio.model_layout import FLOW_FILE, HIFT_FILE
 from studio.tts.device.vram_budget import VramPlan, cap_process, plan_for_device
-from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES
 from studio.tts.flow.streaming.solver import solver_for
-from studio.tts.take_gate import Holding, TakeGate
+from studio.tts.take_gate import TakeGate
 
 log = logging.getLogger(__name__)
 
 STATE_STEPS = 10  # Euler steps whose keys/values a take's flow state keeps (the runtime's n_timesteps)
-GROWTH, GROWTH_FLOOR = 1.5, 64  # the encoder's buffers grow to max(rows needed, 1.5 x before, 64 rows)
+GROWTH, GROWTH_FLOOR = 1.5, 64  # a state's buffers grow to max(rows needed, 1.5 x before, 64 rows)
 
 
 def plan_budget(device, budget_gb: float | None) -> VramPlan:
@@ -60,53 +56,23 @@ def enforce_budget(plan: VramPlan, parts) -> TakeGate:
     return TakeGate(plan.takes)
 
 
-def state_bytes(parts, frames: int) -> int:
-    """The most one take's streaming state holds while it grows to ``frames`` mel frames (prompt included):
-    what its `Holding` must hold before a chunk that ends there runs.
+def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
+    """The most one take's streaming state can hold with ``speech_tokens`` after its prompt: an upper bound,
+    so that takes admitted by it never overrun the budget however long they run.
 
-    The estimator's keys/values (every block, Euler step and CFG row) grow by pages and copy nothing: at most
-    one page more than the frames. The encoder's keys/values (the up-sampled blocks per frame, the others per
-    token; kept only when the encoder is not recomputed) grow x1.5 from 64 rows with a copy, old and new both
-    alive while it runs: at most 2.5 x their rows + 64. The conv tails (and those at the mark) are fixed."""
+    Per mel frame: every estimator block's keys/values at every Euler step for both CFG rows, and the
+    encoder's keys/values (the up-sampled blocks per frame, the others per token). Both grow by x1.5 from
+    64 rows, so they hold at most 1.5 x their frames; the conv tails (and those at the mark) are fixed.
+    The prompt's frames count in full: a voice whose prompt state is not cached yet computes them itself."""
     flow = parts.flow
     dtype = torch.float16 if parts.fp16 else torch.float32
     size = torch.empty((), dtype=dtype).element_size()
     layout = solver_for(flow.decoder).layout
     ratio = int(getattr(flow, "token_mel_ratio", 2))
-    frames = max(0, int(frames))
-    estimator = layout.bytes_per_frame(STATE_STEPS, 2, dtype) * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES)
     encoder = flow.encoder
     width = 2 * encoder.output_size() * size  # a key and a value per position
-    rows = len(encoder.up_encoders) * _copied_rows(frames) + len(encoder.encoders) * _copied_rows(
-        math.ceil(frames / ratio)
-    )
+    per_frame = layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+    per_frame += width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
+    frames = int(prompt_frames) + ratio * int(speech_tokens)
     tails = 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4  # float32 under autocast
-    return int(estimator + width * rows + tails)
-
-
-def _copied_rows(rows: int) -> int:
-    """The most rows a buffer growing x1.5 from `GROWTH_FLOOR` with a copy holds while it reaches `rows`."""
-    return math.ceil(GROWTH * rows) + rows + GROWTH_FLOOR if rows else 0
-
-
-def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
-    """The most one take's streaming state holds with ``speech_tokens`` after its prompt (its bound when
-    ``speech_tokens`` is its token bound). The prompt's frames count in full: a voice whose prompt state is
-    not cached yet computes them itself."""
-    ratio = int(getattr(parts.flow, "token_mel_ratio", 2))
-    return state_bytes(parts, int(prompt_frames) + ratio * int(speech_tokens))
-
-
-@contextmanager
-def take_admitted(
-    gate: TakeGate, parts, prompt_frames: int, max_tokens: int, first_tokens: int, cancel
-) -> Iterator[Holding | bool]:
-    """Admit a take (its holding: the state of its prompt and first `first_tokens`; its bound: `max_tokens`)
-    and yield its `Holding`, whose `need_for(frames)` its chunks ask to grow to; False when cancelled."""
-    ratio = int(getattr(parts.flow, "token_mel_ratio", 2))
-    bound = state_bytes(parts, prompt_frames + ratio * max_tokens)
-    first = state_bytes(parts, prompt_frames + ratio * min(max_tokens, first_tokens))
-    with gate.admitted(first, cancel, bound=bound) as holding:
-        if isinstance(holding, Holding):
-            holding.need_at = functools.partial(state_bytes, parts)
-        yield holding
+    return int(per_frame * max(GROWTH_FLOOR * ratio, math.ceil(GROWTH * frames))) + tails

@@ -31,13 +31,12 @@ import torch
 from torch.nn import functional as F
 
 from studio import envs
-from studio.tts.chunk_scheduler import ChunkCancelled, scheduler_for
+from studio.tts.chunk_scheduler import scheduler_for
 from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
-from studio.tts.take_gate import Holding
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,6 @@ class Token2WavStream:
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
     scheduled: bool | None = None  # incremental: the flow's ChunkScheduler runs its chunks (None: see below)
-    memory: Holding | None = None  # the take's admission: each chunk first grows it to its state's bytes
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -200,14 +198,9 @@ class Token2WavStream:
 
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
         times = StageTimes()
-        need = None  # the bytes the take's state holds once it reaches the chunk's end (see `Holding`)
-        if self.memory is not None:
-            need = self.memory.need_for(self.mel_ratio * (self.prompt_token.shape[1] + len(tokens)))
-        if self._incremental is not None and self.scheduled:  # it defers the chunk while memory is short
-            speech, times.flow, times.hift = scheduler_for(self.flow).render(self, tokens, finalize, need)
+        if self._incremental is not None and self.scheduled:
+            speech, times.flow, times.hift = scheduler_for(self.flow).render(self, tokens, finalize)
         else:
-            if need is not None and not self.memory.grow(need, self.cancel):
-                raise ChunkCancelled("the take was cancelled while its chunk waited for memory")
             started = time.perf_counter()
             mel = self._flow_mel(tokens, finalize)
             times.flow = time.perf_counter() - started

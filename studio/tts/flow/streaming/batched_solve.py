@@ -13,7 +13,7 @@ frames. `EstimatorSolver` (tts/flow/streaming/solver.py) forms the batches and r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +22,6 @@ from torch import nn
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d, sinusoidal_embedding
 from studio.tts.flow.masks import mask_to_bias
-
-PAGE_FRAMES = 128  # frames of one page of a take's estimator state (2.56 s of audio, ~290 MB full-size fp16)
 
 
 class Layout:
@@ -79,14 +77,14 @@ class EstimatorState:
     """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
 
     Rows [0, base_length) may be a prompt cache's tensor (`base`), read by every take of that voice and
-    never written; the take's own rows follow them in `pages` of `PAGE_FRAMES` frames (own row i is frame
-    base_length + i). A growing state adds pages and copies nothing, so it never holds its rows twice and
-    holds at most one page more than its frames: what a take holds at a frame is known in advance
-    (`studio.tts.memory.state_bytes`). Tails are in the compute dtype, float32 under autocast (which may
-    hand a convolution float32 activations).
+    never written; the take's own tensor `kv` holds the rows after them (its row i is frame
+    base_length + i), so a take's memory grows with its own frames only. Tails are in the compute dtype,
+    float32 under autocast (which may hand a convolution float32 activations).
     """
 
-    pages: list[torch.Tensor] = field(default_factory=list)  # [steps, blocks, 2, 2, heads, PAGE, head_dim]
+    kv: torch.Tensor | None = (
+        None  # [steps, blocks, 2, 2, heads, capacity, head_dim], frames from base_length
+    )
     length: int = 0
     written: int = 0  # rows holding computed values (>= length when a mark lay past the commit)
     tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
@@ -94,42 +92,39 @@ class EstimatorState:
     base: torch.Tensor | None = None  # shared rows [0, base_length) (a prompt cache's, read only)
     base_length: int = 0
 
-    def reserve(self, end: int, like: torch.Tensor) -> None:
-        """Pages for the take's own rows up to frame `end` (`like`: [..., frames, head_dim], its dtype)."""
-        if self.pages and self.pages[0].dtype != like.dtype:
-            self.pages = [page.to(like.dtype) for page in self.pages]
-        while len(self.pages) * PAGE_FRAMES < end - self.base_length:
-            self.pages.append(like.new_empty(*like.shape[:5], PAGE_FRAMES, like.shape[6]))
-
-    def _spans(self, lo: int, hi: int):
-        """(page, first, last, own row) pieces covering own rows [lo, hi)."""
-        row = lo
-        while row < hi:
-            index, first = divmod(row, PAGE_FRAMES)
-            last = min(PAGE_FRAMES, first + hi - row)
-            yield self.pages[index], first, last, row
-            row += last - first
+    def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
+        """The take's own `kv` with room up to frame `end` (x1.5 growth), keeping its rows before `length`."""
+        kv, own = self.kv, end - self.base_length
+        if kv is None or kv.shape[5] < own or kv.dtype != like.dtype:
+            previous = 0 if kv is None else kv.shape[5]
+            capacity = max(own, previous + previous // 2, 64)
+            grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
+            kept = self.own_rows()
+            if kv is not None and kept > 0:
+                grown[:, :, :, :, :, :kept] = kv[:, :, :, :, :, :kept]
+            self.kv = grown
+        return self.kv
 
     def write(self, source: torch.Tensor, start: int, end: int) -> None:
         """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows."""
         if start < self.base_length:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
-        self.reserve(end, source)
-        base = self.base_length
-        for page, first, last, row in self._spans(start - base, end - base):
-            page[..., first:last, :] = source[..., base + row : base + row + last - first, :]
+        kv = self.reserve(end, source)
+        kv[:, :, :, :, :, start - self.base_length : end - self.base_length] = source[
+            :, :, :, :, :, start:end
+        ]
 
     def copy_prefix(self, target: torch.Tensor, frames: int) -> None:
         """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames)."""
         shared = min(frames, self.base_length)
         if shared:
-            target[..., :shared, :] = self.base[..., :shared, :]
-        for page, first, last, row in self._spans(0, frames - shared):
-            target[..., shared + row : shared + row + last - first, :] = page[..., first:last, :]
+            target[:, :, :, :, :, :shared] = self.base[:, :, :, :, :, :shared]
+        if frames > shared:
+            target[:, :, :, :, :, shared:frames] = self.kv[:, :, :, :, :, : frames - shared]
 
     def prefix(self, frames: int) -> torch.Tensor:
         """A new tensor holding frames [0, frames)."""
-        source = self.pages[0] if self.pages else self.base
+        source = self.kv if self.kv is not None else self.base
         out = source.new_empty(*source.shape[:5], frames, source.shape[6])
         self.copy_prefix(out, frames)
         return out
@@ -137,23 +132,11 @@ class EstimatorState:
     def own_rows(self) -> int:
         return max(0, self.length - self.base_length)
 
-    def frame_bytes(self) -> int:
-        """Bytes of one frame's keys/values (0 before the first)."""
-        source = self.pages[0] if self.pages else self.base
-        return 0 if source is None else source[..., :1, :].nbytes
-
-    def _tails_bytes(self) -> int:
-        return sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
-
     @property
     def nbytes(self) -> int:
-        """What this take's rows hold themselves (shared prompt rows not counted)."""
-        return self.frame_bytes() * self.own_rows() + self._tails_bytes()
-
-    @property
-    def held_bytes(self) -> int:
-        """What this take's state holds in memory: its pages (spare rows included) and tails."""
-        return sum(page.nbytes for page in self.pages) + self._tails_bytes()
+        """What this take holds itself (shared prompt rows not counted)."""
+        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.own_rows()].nbytes
+        return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
 
 
 @dataclass

@@ -93,14 +93,15 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
     if state.mark_tails is None or max(state.length, state.written) < rows:
         raise RuntimeError("prompt cache: the estimator state was not kept at the prompt boundary")
     kv = state.prefix(rows) if rows else None
-    frozen = EstimatorState(length=rows, written=rows, tails=state.mark_tails, base=kv, base_length=rows)
+    frozen = EstimatorState(kv=kv, length=rows, written=rows, tails=state.mark_tails)
     state.mark_tails = None
     return frozen
 
 
 def _frozen_estimator_bytes(state: EstimatorState, rows: int) -> int:
     """What `_freeze_estimator(state, rows)` would keep, in bytes, without copying anything."""
-    kv = state.frame_bytes() * rows
+    source = state.kv if state.kv is not None else state.base
+    kv = 0 if source is None else source[:, :, :, :, :, :1].nbytes * rows
     return kv + (0 if state.mark_tails is None else state.mark_tails.nbytes)
 
 
@@ -111,8 +112,7 @@ def snapshot(flow: IncrementalFlow, boundary: int) -> PromptSnapshot:
     encoder_store, b = _freeze(flow.encoder_store, boundary * ratio)
     estimator = _freeze_estimator(flow.estimator_state, boundary * ratio)
     committed = tuple(flow.prompt_ids[:boundary])
-    kv = 0 if estimator.base is None else estimator.base.nbytes  # the snapshot's rows are all its own
-    return PromptSnapshot(committed, token_store, encoder_store, estimator, a + b + kv + estimator.nbytes)
+    return PromptSnapshot(committed, token_store, encoder_store, estimator, a + b + estimator.nbytes)
 
 
 def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
@@ -125,7 +125,7 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
         length=cached.length,
         written=cached.length,
         tails=cached.tails,
-        base=cached.base,
+        base=cached.kv,
         base_length=cached.length,
     )
     flow.valid = True

@@ -41,24 +41,16 @@ import time
 import weakref
 from collections import deque
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 
 import torch
 
 from studio import envs
-from studio.tts.chunk_scheduler.jobs import ChunkCancelled, ChunkJob, Tick, blocked, granted
 from studio.tts.device import flow_turn
 from studio.tts.device.cuda_graphs import capture_one_pending, pending_captures
 from studio.tts.device.transfer import to_host_async
+from studio.tts.flow.streaming.incremental import FlowStep
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH, solver_for
-
-__all__ = [
-    "ChunkCancelled",
-    "ChunkJob",
-    "ChunkScheduler",
-    "close_scheduler",
-    "scheduler_for",
-    "scheduler_stats",
-]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +65,44 @@ GATHER_MAX_TAKES = 16
 DEFAULT_GATHER_MS = 20  # ``STUDIO_FLOW_GATHER_MS`` unset
 EXPECT_SECONDS = 10.0  # a take still without its first chunk this long after its start is not waited for
 IDLE_CAPTURE_SECONDS = 0.2  # idle this long (between a take's chunks it is ~0.1 s), graphs are captured
+
+
+class ChunkCancelled(Exception):
+    """The take was cancelled while its chunk waited for the scheduler."""
+
+
+@dataclass
+class ChunkJob:
+    """One take's chunk on its way through the scheduler."""
+
+    stream: object  # the take's Token2WavStream
+    tokens: list[int]
+    finalize: bool
+    deadline: float
+    seq: int
+    submitted: float
+    first: bool = False  # the take's first chunk: nothing of it plays yet
+    began: float = 0.0  # when the take started (`ChunkScheduler.expect`; else when the chunk came)
+    done: threading.Event = field(default_factory=threading.Event)
+    step: FlowStep | None = None
+    speech: torch.Tensor | None = None  # on the host once done
+    hift_seconds: float = 0.0
+    error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+@dataclass
+class _Tick:
+    jobs: list[ChunkJob]
+    event: torch.cuda.Event | None  # recorded after the tick's last copy to the host (CUDA only)
+    start: torch.cuda.Event | None = None  # recorded before the tick's first kernel (CUDA only)
+    turn: bool = False  # made first chunks with the GPU's turn: the LM waits until the tick is delivered
+
+    def ready(self) -> bool:
+        return self.event is None or self.event.query()
 
 
 class ChunkScheduler:
@@ -101,7 +131,6 @@ class ChunkScheduler:
         self._expected: dict[int, tuple[weakref.ref, float]] = {}  # id(stream) -> (stream, when it started)
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the chunks in the order taken (recent)
         self.idle_captures = 0  # CUDA graphs captured while idle
-        self.deferred = 0  # chunks left queued for a tick because their take's memory could not grow yet
         self._last_work = time.monotonic()
 
     # -- the take's side --------------------------------------------------------------------------
@@ -117,13 +146,8 @@ class ChunkScheduler:
             if self._expected.pop(id(stream), None) is not None:
                 self._condition.notify_all()
 
-    def render(
-        self, stream, tokens: list[int], finalize: bool, need: int | None = None
-    ) -> tuple[torch.Tensor, float, float]:
-        """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches).
-
-        With `need`, the chunk runs once ``stream.memory`` (the take's `Holding`) has grown to it; until then
-        ticks pass it by (deferred), and it is tried again when the take gate releases memory."""
+    def render(self, stream, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, float, float]:
+        """(speech [1, N] float32 on the host, seconds of flow incl. waiting, seconds of HiFT launches)."""
         now = time.monotonic()
         job = ChunkJob(
             stream,
@@ -133,10 +157,7 @@ class ChunkScheduler:
             next(self._seq),
             now,
             first=stream.first_pending,
-            need=need,
         )
-        if need is not None:
-            stream.memory.gate.listen(self._wake)
         with self._condition:
             if self._closed:
                 raise RuntimeError("the chunk scheduler was closed")
@@ -153,11 +174,6 @@ class ChunkScheduler:
             raise job.error
         took = time.monotonic() - job.submitted
         return job.speech, took - job.hift_seconds, job.hift_seconds
-
-    def _wake(self) -> None:
-        """Memory was released: deferred chunks may run now."""
-        with self._condition:
-            self._condition.notify_all()
 
     def _withdraw(self, job: ChunkJob) -> bool:
         with self._condition:
@@ -197,11 +213,11 @@ class ChunkScheduler:
             self._thread.start()
 
     def _loop(self) -> None:
-        inflight: Tick | None = None
+        inflight: _Tick | None = None
         while True:
             asked = time.monotonic()
             with self._condition:
-                while inflight is None and not self._takeable() and not (self._closed and not self._queue):
+                while inflight is None and not self._takeable() and not self._closed:
                     self._wait_idle()
                 idle_until = time.monotonic()
                 while inflight is not None and not self._takeable() and not inflight.ready():
@@ -266,7 +282,7 @@ class ChunkScheduler:
         event.record(torch.cuda.current_stream(device))
         return event
 
-    def _gather(self, inflight: Tick | None) -> float:
+    def _gather(self, inflight: _Tick | None) -> float:
         """Seconds waited (lock held) for the first chunks of takes started with those queued; see module."""
         firsts = [job for job in self._queue if job.first]
         if not firsts or self.gather_window <= 0 or self._paused:
@@ -298,22 +314,12 @@ class ChunkScheduler:
         return coming
 
     def _takeable(self) -> bool:
-        """A chunk is queued that may run (not paused; not all deferred until memory is released)."""
-        return not self._paused and any(not blocked(job) for job in self._queue)
+        return bool(self._queue) and not self._paused
 
     def _pick(self) -> list[ChunkJob]:
-        """The most urgent queued chunks (earliest deadline, then arrival) whose takes' memory may grow, at
-        most `max_jobs`; the others stay queued (those refused memory: deferred)."""
+        """The most urgent queued chunks (earliest deadline, then arrival), at most `max_jobs`."""
         self._queue.sort(key=lambda job: (job.deadline, job.seq))
-        jobs, kept = [], []
-        for job in self._queue:
-            if len(jobs) < self.max_jobs and not blocked(job):
-                if granted(job):
-                    jobs.append(job)
-                    continue
-                self.deferred += 1
-            kept.append(job)
-        self._queue = kept
+        jobs, self._queue = self._queue[: self.max_jobs], self._queue[self.max_jobs :]
         self.order.extend(job.seq for job in jobs)
         return jobs
 
@@ -354,7 +360,7 @@ class ChunkScheduler:
             return False
 
     @torch.inference_mode()
-    def _launch(self, jobs: list[ChunkJob]) -> Tick:
+    def _launch(self, jobs: list[ChunkJob]) -> _Tick:
         """Solve the chunks (batched per precision), then their HiFT and copies to the host; no wait."""
         groups: dict[bool, list] = {}
         for job in jobs:
@@ -390,9 +396,9 @@ class ChunkScheduler:
         event = None if device is None else self._gpu_mark()
         self.ticks += 1
         self.jobs += len(jobs)
-        return Tick([job for job in jobs if not job.done.is_set()], event)
+        return _Tick([job for job in jobs if not job.done.is_set()], event)
 
-    def _deliver(self, tick: Tick) -> None:
+    def _deliver(self, tick: _Tick) -> None:
         """Wake the tick's takes once the GPU has finished it (None: nothing is in flight any more)."""
         if tick.event is not None:
             started = time.monotonic()
@@ -435,7 +441,6 @@ _STATS = (  # name in bench's JSON, attribute
     ("turn_ticks", "turn_ticks"),
     ("gather_s", "gather_seconds"),
     ("idle_captures", "idle_captures"),
-    ("deferred_chunks", "deferred"),
 )
 
 
