@@ -180,6 +180,38 @@ def test_graph_replays_of_batches_equal_takes_solved_alone(modules, monkeypatch)
                 assert relative_error(ours, theirs) < 1e-5
 
 
+def test_a_lone_chunk_beyond_the_budget_never_sits_beside_the_shared_arena(modules):  # noqa: F811
+    """A chunk too large for the budget alone gets an arena of its exact size; the shared arena is let go
+    first, so the two are never held together beyond the budget. (On the H200 at a 24 GiB budget, a take's
+    final chunk asked for 4.4 GiB beside a shared arena near the 8.8 GiB share, and the take failed.)"""
+    import weakref
+
+    flow, _ = modules
+    solo = drive_solo(flow)
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    allocate, shared_alive = solver._allocate, []
+
+    def watched(batch, rows, cap, device):
+        shared = getattr(solver, "_shared_ref", None)
+        if solver.budget_bytes == 1:  # every request is beyond this budget: a lone arena
+            shared_alive.append(shared is not None and shared() is not None)
+        arena = allocate(batch, rows, cap, device)
+        if solver.budget_bytes != 1:
+            solver._shared_ref = weakref.ref(arena.kv)
+        return arena
+
+    solver._allocate = watched
+    with installed(flow, solver):
+        drive_batched(flow, solver)  # the shared arena, for three takes
+        assert solver._arena is not None
+        solver.budget_bytes = 1
+        alone = drive_solo(flow)
+    assert shared_alive and not any(shared_alive) and solver._arena is None
+    for take_solo, take_alone in zip(solo, alone, strict=True):
+        for ours, theirs in zip(take_alone, take_solo, strict=True):
+            assert relative_error(ours, theirs) < 1e-5
+
+
 def test_a_small_budget_splits_batches_without_changing_results(modules):  # noqa: F811
     flow, _ = modules
     solo = drive_solo(flow)
