@@ -39,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="on SIGTERM or Ctrl+C, let running takes finish for up to S seconds, then cancel them",
     )
     parser.add_argument(
+        "--max-queued",
+        type=int,
+        default=64,
+        metavar="N",
+        help="when N takes already wait for GPU memory or a worker, answer 503 with Retry-After (0: no limit)",
+    )
+    parser.add_argument(
         "--ray", action="store_true", help="scale out on Ray Serve (local Ray, or RAY_ADDRESS)"
     )
     parser.add_argument("--replicas", default="1", metavar="N|auto", help="Ray Serve replicas (auto: 1-8)")
@@ -77,7 +84,8 @@ def build_service(args: argparse.Namespace):
     voices = VoiceLibrary(Path(args.voices).expanduser() if args.voices else data_dir() / "voices")
     return SpeechService(args.model, voices, backend=args.backend, fp16=args.fp16,
                          vllm_options=vllm_options_from(args), vram_budget_gb=vram_budget_from(args),
-                         warmup=args.warmup, asr_model=args.asr_model)  # fmt: skip
+                         warmup=args.warmup, asr_model=args.asr_model,
+                         max_queued=max(0, args.max_queued))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -60,6 +60,7 @@ async def speech(body: SpeechBody, request: Request):
         raise ServiceError(422, f"streaming needs response_format {' or '.join(STREAMABLE)}", "stream")
     asked = SpeechRequest(**body.model_dump(), request_id=request.state.request_id)
     take = await off_loop(request, service.synthesize_request, asked)
+    service.check_queue()  # a 503 with Retry-After when too many takes already wait
     media = FORMATS[body.response_format][0]
     rate = service.sample_rate
     headers = {"X-Sample-Rate": str(rate), "X-Request-Id": take.request_id}

@@ -33,7 +33,7 @@ def create_app(
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
-        return error_response(exc.status, str(exc), exc.param)
+        return error_response(exc.status, str(exc), exc.param, exc.headers, exc.code)
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException):

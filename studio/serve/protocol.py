@@ -74,7 +74,7 @@ class SpeechBody(BaseModel):
     first_hop_tokens: int = Field(0, ge=0, le=10_000)  # the first streamed chunk after N speech tokens
 
 
-def error_json(status: int, message: str, param: str | None = None) -> dict:
+def error_json(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error body; the message made printable (it may quote what the client sent)."""
     kind = (
         "authentication_error"
@@ -84,8 +84,10 @@ def error_json(status: int, message: str, param: str | None = None) -> dict:
         else "server_error"
     )
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"message": message, "type": kind, "param": param, "code": _CODES.get(status)}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or _CODES.get(status)}}
 
 
-def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None):
-    return JSONResponse(error_json(status, message, param), status_code=status, headers=headers)
+def error_response(
+    status: int, message: str, param: str | None = None, headers: dict | None = None, code: str | None = None
+):
+    return JSONResponse(error_json(status, message, param, code), status_code=status, headers=headers)

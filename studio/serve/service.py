@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,11 +37,20 @@ API_FIELDS = {
 
 
 class ServiceError(Exception):
-    """A request the service refuses: ``status`` is the HTTP status, the message says why."""
+    """A request the service refuses: ``status`` is the HTTP status, the message says why; ``headers`` go
+    with the answer (``Retry-After`` on a busy server), ``code`` replaces the status's usual one."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        *,
+        headers: dict | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
-        self.status, self.param = status, param
+        self.status, self.param, self.headers, self.code = status, param, headers, code
 
 
 @dataclass
@@ -64,7 +75,7 @@ class SpeechRequest:
 class SpeechService:
     def __init__(self, model_dir: str, voices: VoiceLibrary, backend: str = "pytorch", fp16: bool = True,
                  vllm_options: dict | None = None, vram_budget_gb: float = 0.0, workers: int = 64,
-                 warmup: bool = True, asr_model: str = ""):  # fmt: skip
+                 warmup: bool = True, asr_model: str = "", max_queued: int = 64):  # fmt: skip
         self.model_dir, self.backend_asked = model_dir, backend
         self.voices = voices
         self._load_args = (backend, fp16, vllm_options or {}, vram_budget_gb)
@@ -79,6 +90,9 @@ class SpeechService:
         self.active: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="take")
+        self.max_queued = max(0, int(max_queued))  # takes waiting beyond which requests are refused (0: none)
+        self.backlog = 0  # takes handed to the pool that no worker has started yet
+        self.recent_seconds: deque[float] = deque(maxlen=32)  # the last takes' durations (Retry-After)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -160,6 +174,34 @@ class SpeechService:
             ) from None
         return prompt, rate, transcript
 
+    @property
+    def queued(self) -> int:
+        """Takes accepted but not yet running: waiting for a worker, or for GPU memory (the take gate)."""
+        gate = getattr(getattr(self.loaded, "model", None), "take_gate", None)
+        return self.backlog + (gate.waiting if gate is not None else 0)
+
+    def check_queue(self) -> None:
+        """A 503 with ``Retry-After`` when ``max_queued`` takes already wait; else nothing."""
+        queued = self.queued
+        if not self.max_queued or queued < self.max_queued:
+            return
+        retry = self.retry_after(queued)
+        raise ServiceError(
+            503,
+            f"the server is busy: {queued} takes are waiting for GPU memory or a worker; "
+            f"retry after {retry} s",
+            headers={"Retry-After": str(retry)},
+            code="server_busy",
+        )
+
+    def retry_after(self, queued: int) -> int:
+        """Seconds until the queue has likely moved on: the recent takes' mean duration times the queue's
+        length over the takes running (5 s a take before any finished); at least 1, at most 600."""
+        recent = list(self.recent_seconds)
+        take = sum(recent) / len(recent) if recent else 5.0
+        running = max(1, len(self.active) - queued)
+        return min(600, max(1, math.ceil(take * queued / running)))
+
     async def chunks(self, request: Synthesize) -> AsyncIterator[np.ndarray]:
         """The take's audio chunks (float32, ``sample_rate``) as they are made; closing this iterator
         early (a client that went away) cancels the take."""
@@ -174,6 +216,8 @@ class SpeechService:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def work() -> None:
+            with self._lock:
+                self.backlog -= 1
             try:
                 stats = runner.run_take(self.loaded.model, request, cancel=cancel, backend=self.loaded.backend,
                                         on_chunk=lambda samples: put(("chunk", samples)))  # fmt: skip
@@ -188,8 +232,11 @@ class SpeechService:
             self.active[request.request_id] = cancel
         outcome = "cancelled"
         first: float | None = None
+        future = None
+        with self._lock:
+            self.backlog += 1  # until a worker starts the take (`work`), or it is dropped unstarted
         try:
-            self._pool.submit(work)
+            future = self._pool.submit(work)
             while True:
                 kind, payload = await queue.get()
                 if kind == "chunk":
@@ -199,12 +246,16 @@ class SpeechService:
                     outcome = "cancelled" if payload.cancelled else "ok"
                     if outcome == "ok":
                         self.metrics.take_done(first, payload.total_seconds, payload.rtf)
+                        self.recent_seconds.append(payload.total_seconds)
                     return
                 else:
                     outcome = "error"
                     raise payload
         finally:
             cancel.set()  # a no-op for a finished take; stops one whose client went away
+            if future is None or future.cancel():  # a take no worker started: not queued any more
+                with self._lock:
+                    self.backlog -= 1
             self.metrics.request(outcome)  # counted before the take leaves the active list
             with self._lock:
                 self.active.pop(request.request_id, None)

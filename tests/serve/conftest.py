@@ -18,19 +18,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
+def running_server(service):
+    """Serve ``service`` with uvicorn on a free port in a thread, load its model; yields the base URL."""
     import httpx
-    import torch
     import uvicorn
 
     from studio.serve.app import create_app
-    from studio.serve.service import SpeechService
-    from studio.voices import VoiceLibrary
 
-    torch.set_num_threads(1)  # two cores: one intra-op thread per take keeps concurrent takes quick
-    voices = VoiceLibrary(tmp_path_factory.mktemp("voices"))
-    service = SpeechService(str(tiny_model_dir), voices, backend="pytorch", warmup=False)
     port = free_port()
     config = uvicorn.Config(create_app(service, API_KEY), host="127.0.0.1", port=port, log_level="warning")
     uv = uvicorn.Server(config)
@@ -42,10 +36,26 @@ def server(tiny_model_dir, tmp_path_factory):
         time.sleep(0.05)
     assert httpx.get(f"{base}/health").json()["state"] == "starting"  # up before the model loads
     service.load()
-    yield base, service
-    uv.should_exit = True
-    thread.join(30)
-    service.close()
+    try:
+        yield base
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+        service.close()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    import torch
+
+    from studio.serve.service import SpeechService
+    from studio.voices import VoiceLibrary
+
+    torch.set_num_threads(1)  # two cores: one intra-op thread per take keeps concurrent takes quick
+    voices = VoiceLibrary(tmp_path_factory.mktemp("voices"))
+    service = SpeechService(str(tiny_model_dir), voices, backend="pytorch", warmup=False)
+    for base in running_server(service):
+        yield base, service
 
 
 def wav_bytes(seconds: float, rate: int = 16000, fmt: str = "WAV", silent: bool = False) -> bytes:
