@@ -156,7 +156,19 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
 
     def synthesize(request, cancel: threading.Event):
         chunks: list = []
-        runner.run_take(loaded.model, request, cancel=cancel, on_chunk=chunks.append, backend=loaded.backend)
+
+        def queued() -> None:  # once per line whose take waits in the take gate
+            words = request.text if len(request.text) <= 40 else request.text[:39] + "…"
+            bar.write(f"waiting for GPU memory… ({words})", file=sys.stderr)
+
+        runner.run_take(
+            loaded.model,
+            request,
+            cancel=cancel,
+            on_chunk=chunks.append,
+            backend=loaded.backend,
+            on_queued=queued,
+        )
         return (np.concatenate(chunks) if chunks else np.zeros(0, np.float32)), rate
 
     todo = sum(not r.done for r in records)

@@ -23,6 +23,7 @@ from studio.request import SAMPLE_RATE
 from studio.voices import saved_prompt
 
 log = logging.getLogger("studio.engine")
+QUEUE_POLL_S = 0.1  # how often a take with ``on_queued`` looks whether the take gate holds it
 
 
 @dataclass
@@ -184,12 +185,33 @@ def run_take(
     on_chunk: Callable[[np.ndarray], None] | None = None,
     on_progress: Callable[[int, float], None] | None = None,
     backend: str = "",
+    on_queued: Callable[[], None] | None = None,
 ) -> TakeStats:
     """Synthesise one take, streaming chunks to ``on_chunk``; stops early (cancelled=True) on ``cancel``.
 
-    ``on_progress(speech_tokens_so_far, audio_seconds_so_far)`` follows each chunk.
+    ``on_progress(speech_tokens_so_far, audio_seconds_so_far)`` follows each chunk; ``on_queued()`` is called
+    once (from another thread) when the take waits for GPU memory in the model's take gate.
     """
     cancel = cancel or threading.Event()
+    gate = getattr(model, "take_gate", None) if on_queued is not None else None
+    finished = threading.Event()
+    if gate is not None:
+        watch = (gate, threading.get_ident(), finished, on_queued)
+        threading.Thread(target=_watch_queue, args=watch, name="queue-watch", daemon=True).start()
+    try:
+        return _run_take(model, request, cancel, on_chunk, on_progress, backend)
+    finally:
+        finished.set()
+
+
+def _watch_queue(gate: Any, thread_id: int, finished: threading.Event, on_queued: Callable[[], None]) -> None:
+    while not finished.wait(QUEUE_POLL_S):
+        if gate.queues(thread_id):
+            on_queued()
+            return
+
+
+def _run_take(model, request, cancel, on_chunk, on_progress, backend) -> TakeStats:
     spec = build_spec(request, cancel)
     rate = output_rate(model)
     start = time.perf_counter()

@@ -5,6 +5,7 @@ larger than the whole budget runs alone. A queued take that is cancelled leaves 
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -31,6 +32,16 @@ class TakeGate:
     def waiting(self) -> int:
         with self._condition:
             return len(self._queue)
+
+    def queues(self, thread_id: int) -> bool:
+        """Whether the thread ``thread_id`` is waiting in this gate's queue now: read from its stack (the
+        take waits on the thread that runs it), so the gate keeps nothing for it."""
+        frame = sys._current_frames().get(thread_id)
+        while frame is not None:
+            if frame.f_code is TakeGate._enter.__code__ and frame.f_locals.get("self") is self:
+                return bool(frame.f_locals.get("waited"))
+            frame = frame.f_back
+        return False
 
     def _fits(self, need: int) -> bool:
         return self.running == 0 or self.used + need <= self.capacity

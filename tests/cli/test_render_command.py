@@ -254,3 +254,29 @@ def test_a_file_at_a_line_name_that_fails_is_not_left_for_resume_to_trust(
     code, manifest = _render(tmp_path, tiny_model_dir, voices, SCRIPT)
     assert code == 1 and manifest["lines"][1]["status"] == "failed"
     assert not (out / "002.wav").exists()  # a later --resume would have taken it for line 2's take
+
+
+def test_a_line_waiting_for_gpu_memory_says_so_once_and_renders(
+    tmp_path, tiny_model_dir, voices, capsys, monkeypatch
+):
+    """A take gate with room for one take at a time (issue 34): of two lines rendered together, the second
+    waits for memory; the render says so, once for that line, and both lines render."""
+    from studio.commands import render as render_command
+    from studio.tts.take_gate import TakeGate
+
+    real_load, gates = render_command._load, []
+
+    def load_with_a_tiny_gate(args):
+        loaded = real_load(args)
+        gates.append(TakeGate(1))  # one byte: a second take waits until the first has finished
+        loaded.model.take_gate = gates[-1]
+        return loaded
+
+    monkeypatch.setattr(render_command, "_load", load_with_a_tiny_gate)
+    script = "[Alice] Good morning, this is the first line.\n[Bob] And this is Bob answering her.\n"
+    code, manifest = _render(tmp_path, tiny_model_dir, voices, script)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [x["status"] for x in manifest["lines"]] == ["rendered", "rendered"]
+    assert gates[0].queued_total >= 1
+    assert err.count("waiting for GPU memory…") == gates[0].queued_total, err
