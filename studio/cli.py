@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "studio.commands.transcribe",
     "studio.commands.bench",
     "studio.commands.serve",
+    "studio.commands.mcp",
     "studio.commands.doctor",
     "studio.commands.download",
     "studio.commands.make_model",
