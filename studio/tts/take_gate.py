@@ -5,7 +5,6 @@ larger than the whole budget runs alone. A queued take that is cancelled leaves 
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ class TakeGate:
         self._tickets = itertools.count()
         self._condition = threading.Condition()
         self.queued_total = 0  # takes that had to wait (a counter for bench and tests)
+        self._waiting_threads: set[int] = set()  # the threads of the takes waiting now
 
     @property
     def waiting(self) -> int:
@@ -34,14 +34,9 @@ class TakeGate:
             return len(self._queue)
 
     def queues(self, thread_id: int) -> bool:
-        """Whether the thread ``thread_id`` is waiting in this gate's queue now: read from its stack (the
-        take waits on the thread that runs it), so the gate keeps nothing for it."""
-        frame = sys._current_frames().get(thread_id)
-        while frame is not None:
-            if frame.f_code is TakeGate._enter.__code__ and frame.f_locals.get("self") is self:
-                return bool(frame.f_locals.get("waited"))
-            frame = frame.f_back
-        return False
+        """Whether the take run by thread ``thread_id`` waits in this gate's queue now."""
+        with self._condition:
+            return thread_id in self._waiting_threads
 
     def _fits(self, need: int) -> bool:
         return self.running == 0 or self.used + need <= self.capacity
@@ -50,14 +45,17 @@ class TakeGate:
         with self._condition:
             ticket = next(self._tickets)
             self._queue.append(ticket)
-            waited = False
+            waited, thread = False, threading.get_ident()
             while not (self._queue[0] == ticket and self._fits(need)):
                 if cancel is not None and cancel.is_set():
                     self._queue.remove(ticket)
+                    self._waiting_threads.discard(thread)
                     self._condition.notify_all()
                     return False
                 waited = True
+                self._waiting_threads.add(thread)
                 self._condition.wait(POLL_S)
+            self._waiting_threads.discard(thread)
             self._queue.popleft()
             self.used += need
             self.running += 1
