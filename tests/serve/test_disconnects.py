@@ -56,7 +56,10 @@ def test_a_client_that_leaves_a_streamed_take_cancels_it(server, client, voice, 
     body = {"input": LONG, "voice": voice, "response_format": "wav", "stream": True}
     with client.stream("POST", "/v1/audio/speech", json=body) as answer:
         pieces = answer.iter_raw()
-        next(pieces)
+        next(pieces)  # the WAV header leaves before the take starts: wait for the take, not for the bytes
+        deadline = time.monotonic() + 10
+        while not service.active and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert len(service.active) == 1
     _settles(service, paced_engine)
     assert _cancelled(client) == before + 1
