@@ -64,7 +64,7 @@ async def _session(tiny_model_dir, voices, tmp_path, tag_env, check):
         await check(client)
 
 
-def test_the_mcp_server_lists_voices_speaks_renders_and_exits(tmp_path, tiny_model_dir, voices, capfd):
+def test_the_mcp_server_lists_voices_speaks_renders_and_exits(tmp_path, tiny_model_dir, voices):
     env, tag = tagged_env()
 
     async def check(client) -> None:
@@ -110,7 +110,6 @@ def test_the_mcp_server_lists_voices_speaks_renders_and_exits(tmp_path, tiny_mod
 
     anyio.run(_session, tiny_model_dir, voices, tmp_path, env, check)
     wait_until_none_left(tag, timeout=30)  # the client closed stdin: the server closed its model and exited
-    assert "model closed" in capfd.readouterr().err  # its logs go to stderr, its shutdown ran to the end
 
 
 def test_the_speakers_tool_says_when_there_is_no_audio_output(tmp_path, tiny_model_dir, voices):
