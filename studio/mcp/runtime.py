@@ -220,6 +220,7 @@ class StudioRuntime:
         """Each line of ``script`` (``[Voice] text`` lines) to a file in ``out_dir``, then ``joined.*``,
         subtitles and ``script.json``, as ``cosyvoice-studio render`` writes them."""
         from studio.atomic_files import ensure_folder
+        from studio.engine import runner
         from studio.script.manifest import RenderSettings
         from studio.script.parse import parse_lines, script_summary
         from studio.script.render import ScriptRender
@@ -237,8 +238,6 @@ class StudioRuntime:
                 )
             voices = load_voices(used, [], self.library, advice=VOICE_ADVICE)
             settings = RenderSettings(format=file_format)
-            from studio.engine import runner
-
             render = ScriptRender(
                 ensure_folder(folder), voices, settings, runner.output_rate(self.model().model)
             )
@@ -248,8 +247,13 @@ class StudioRuntime:
         except OSError as exc:
             raise ToolProblem(f"cannot write to {folder}: {exc}") from None
         render.run(records, self.synthesize, max(1, min(concurrency, 8)), cancel=self.stopping)
-        joined = render.join(records, subtitles=subtitles)
-        render.save(records, joined=joined.path.name if joined.path else None)
+        try:
+            joined = render.join(records, subtitles=subtitles)
+            render.save(records, joined=joined.path.name if joined.path else None)
+        except OSError as exc:  # a full disk: the line files written so far stay
+            raise ToolProblem(
+                f"cannot write to {folder}: {exc}; the line files written so far are kept"
+            ) from None
         return {
             "folder": str(folder),
             "lines": [
