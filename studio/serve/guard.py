@@ -43,6 +43,9 @@ class Guard:
         self.expected = f"Bearer {api_key}".encode() if api_key else b""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -98,3 +101,17 @@ class Guard:
             log.exception("request %s failed (a fault of the server)", request_id)
             message = f"the server failed on this request (request id {request_id}); it is logged"
             await error_response(500, message)(scope, receive, answer)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket needs the key as HTTP does, on its upgrade; refused before the app sees it: a 401 in
+        the API's shape where the server can answer the upgrade so, else a close (sent as a 403)."""
+        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if not self.api_key or hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        self.count(401)
+        if "websocket.http.response" in scope.get("extensions", {}):
+            refusal = error_response(401, "missing or wrong API key: send Authorization: Bearer KEY")
+            await refusal(scope, receive, send)
+        else:
+            await send({"type": "websocket.close", "code": 1008})
