@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
+from studio.serve import realtime
 from studio.serve.api_router import CPU_JOBS, router
 from studio.serve.guard import Guard
 from studio.serve.protocol import error_response
@@ -30,6 +31,7 @@ def create_app(
     served_by = f"{socket.gethostname()}:{os.getpid()}"  # which process (Ray Serve replica) answered
     app.add_middleware(Guard, api_key=api_key, served_by=served_by, count=service.metrics.response)
     app.include_router(router)
+    app.include_router(realtime.router)  # the WebSocket /v1/audio/speech/stream
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
