@@ -46,6 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="when N takes already wait for GPU memory or a worker, answer 503 with Retry-After (0: no limit)",
     )
     parser.add_argument(
+        "--voice-alias",
+        action="append",
+        default=[],
+        metavar="NAME=VOICE",
+        help="another name for a library voice, e.g. an OpenAI voice: --voice-alias alloy=narrator (repeatable)",
+    )
+    parser.add_argument(
         "--ray", action="store_true", help="scale out on Ray Serve (local Ray, or RAY_ADDRESS)"
     )
     parser.add_argument("--replicas", default="1", metavar="N|auto", help="Ray Serve replicas (auto: 1-8)")
@@ -75,6 +82,17 @@ def read_key(args: argparse.Namespace) -> str | None:
     return args.api_key or None
 
 
+def voice_aliases(pairs: list[str]) -> dict[str, str]:
+    """``["alloy=narrator", ...]`` as ``{"alloy": "narrator"}``; SystemExit on a malformed pair."""
+    aliases = {}
+    for pair in pairs:
+        name, _, voice = pair.partition("=")
+        if not name.strip() or not voice.strip():
+            raise SystemExit(f"error: --voice-alias takes NAME=VOICE (e.g. alloy=narrator), not {pair!r}")
+        aliases[name.strip().lower()] = voice.strip()
+    return aliases
+
+
 def build_service(args: argparse.Namespace):
     from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
     from studio.serve.service import SpeechService
@@ -85,7 +103,8 @@ def build_service(args: argparse.Namespace):
     return SpeechService(args.model, voices, backend=args.backend, fp16=args.fp16,
                          vllm_options=vllm_options_from(args), vram_budget_gb=vram_budget_from(args),
                          warmup=args.warmup, asr_model=args.asr_model,
-                         max_queued=max(0, args.max_queued))  # fmt: skip
+                         max_queued=max(0, args.max_queued),
+                         voice_aliases=voice_aliases(args.voice_alias))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,6 +158,7 @@ def run_on_ray(args: argparse.Namespace, key: str | None) -> int:
             gpus = 0.0
     voices = str(Path(args.voices).expanduser() if args.voices else data_dir() / "voices")
     spec = ReplicaSpec(str(Path(args.model).resolve()), voices, args.backend, args.fp16, vram_budget_from(args),
-                       key, vllm_options_from(args), args.asr_model)  # fmt: skip
+                       key, vllm_options_from(args), args.asr_model,
+                       voice_aliases=voice_aliases(args.voice_alias))  # fmt: skip
     run(spec, args.host, args.port, args.replicas if args.replicas == "auto" else int(args.replicas), gpus)
     return 0

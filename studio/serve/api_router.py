@@ -1,5 +1,6 @@
-"""The routes: OpenAI's ``POST /v1/audio/speech`` (whole files, or streamed PCM/WAV whose first bytes leave
-with the first chunk), the voice library (``/v1/voices``), ``/health`` and ``/metrics``. The service is
+"""The routes: OpenAI's ``POST /v1/audio/speech`` (PCM and WAV streamed by default, their first bytes with
+the first chunk; other formats whole; OpenAI's events with ``stream_format: "sse"``), ``/v1/models``,
+``/v1/audio/voices``, the voice library (``/v1/voices``), ``/health`` and ``/metrics``. The service is
 ``request.app.state.service``; CPU work (decoding, encoding, voice files) runs off the event loop, a few jobs
 at a time; a client that leaves cancels its take, streamed or not."""
 
@@ -14,9 +15,10 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import Response, StreamingResponse
 
 from studio.serve.cancellation import with_cancellation
-from studio.serve.formats import FORMATS, STREAMABLE, encode, pcm16, wav_stream_header
+from studio.serve.formats import FORMATS, STREAMABLE, encode
 from studio.serve.protocol import MAX_ID_CHARS, MAX_TRANSCRIPT_CHARS, SpeechBody, check_text
 from studio.serve.service import ServiceError, SpeechRequest, SpeechService
+from studio.serve.sse import audio_bytes, primed, sse_events
 
 log = logging.getLogger("studio.serve")
 router = APIRouter()
@@ -54,36 +56,56 @@ async def metrics(request: Request) -> Response:
 @with_cancellation
 async def speech(body: SpeechBody, request: Request):
     service: SpeechService = request.app.state.service
-    if body.response_format not in FORMATS:
+    fmt, sse = body.response_format, body.stream_format == "sse"
+    if fmt not in FORMATS:
         raise ServiceError(422, f"response_format must be one of {', '.join(FORMATS)}", "response_format")
-    if body.stream and body.response_format not in STREAMABLE:
+    if body.stream and fmt not in STREAMABLE and not sse:
         raise ServiceError(422, f"streaming needs response_format {' or '.join(STREAMABLE)}", "stream")
-    asked = SpeechRequest(**body.model_dump(), request_id=request.state.request_id)
+    if sse and body.stream is False:
+        raise ServiceError(422, 'stream_format "sse" streams events: leave out "stream": false', "stream")
+    asked = SpeechRequest(**body.speech_fields(), request_id=request.state.request_id)
     take = await off_loop(request, service.synthesize_request, asked)
     service.check_queue()  # a 503 with Retry-After when too many takes already wait
-    media = FORMATS[body.response_format][0]
+    media = FORMATS[fmt][0]
     rate = service.sample_rate
     headers = {"X-Sample-Rate": str(rate), "X-Request-Id": take.request_id}
-    if body.stream:
-        chunks = _streamed(service, take, body.response_format, rate)
-        return StreamingResponse(chunks, media_type=media, headers=headers)
-    parts = [samples async for samples in service.chunks(take)]  # cancelled with the route
+    stats: list = []
+    chunks = service.chunks(take, stats)  # cancelled with the route, or with the stream once it has begun
+    if sse or (fmt in STREAMABLE if body.stream is None else body.stream):
+        pieces = audio_bytes(await primed(chunks), chunks, fmt, rate)  # the answer begins with the audio
+        if sse:
+            events = sse_events(pieces, len(body.input), stats)
+            sse_headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            return StreamingResponse(events, media_type="text/event-stream", headers=sse_headers)
+        return StreamingResponse(pieces, media_type=media, headers=headers)
+    parts = [samples async for samples in chunks]
     audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    data = await off_loop(request, encode, audio, rate, body.response_format)
+    data = await off_loop(request, encode, audio, rate, fmt)
     return Response(data, media_type=media, headers=headers)
 
 
-async def _streamed(service: SpeechService, take, response_format: str, rate: int):
-    """Bytes as chunks come; a client that leaves stops the iteration and so cancels the take; a take that
-    fails raises on, and the server aborts the stream."""
-    if response_format == "wav":
-        yield wav_stream_header(rate)
-    chunks = service.chunks(take)
-    try:
-        async for samples in chunks:
-            yield pcm16(samples)
-    finally:
-        await chunks.aclose()
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    """OpenAI's model list: the model this server speaks with (any ``model`` a request names gets it)."""
+    service: SpeechService = request.app.state.service
+    model = {
+        "id": service.model_name,
+        "object": "model",
+        "created": service.model_created,
+        "owned_by": "cosyvoice-studio",
+    }
+    return {"object": "list", "data": [model]}
+
+
+@router.get("/v1/audio/voices")
+async def audio_voices(request: Request) -> dict[str, Any]:
+    """The voices as ``{id, name}`` (Open WebUI reads ``voices``, others ``data``), aliases included."""
+    service: SpeechService = request.app.state.service
+    voices = [{"id": v.slug, "name": v.name} for v in await asyncio.to_thread(service.voices.list)]
+    voices += [
+        {"id": alias, "name": f"{alias} ({slug})"} for alias, slug in sorted(service.voice_aliases.items())
+    ]
+    return {"object": "list", "data": voices, "voices": voices}
 
 
 @router.get("/v1/voices")

@@ -5,10 +5,10 @@ characters and lone surrogates, numbers have ranges, and every refusal is OpenAI
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 MAX_INPUT_CHARS = 4096  # OpenAI's own limit for /v1/audio/speech
 MAX_INSTRUCTIONS_CHARS = 1000
@@ -17,6 +17,7 @@ MAX_ID_CHARS = 100  # voice ids, model names, voice names
 MAX_SEED = 2**64 - 1
 
 _CODES = {
+    400: "invalid_value",
     401: "invalid_api_key",
     404: "not_found",
     405: "method_not_allowed",
@@ -51,27 +52,56 @@ def _line(value: str) -> str:
     return check_text(value, lines=False)
 
 
+def _voice_id(value):
+    """OpenAI's voice object ``{"id": ...}`` as its id; anything else as it came."""
+    if isinstance(value, dict):
+        if "id" not in value:
+            raise ValueError('a voice object needs an "id"')
+        return value["id"]
+    return value
+
+
 Text = Annotated[str, AfterValidator(check_text)]
 Line = Annotated[str, AfterValidator(_line)]
 
 
 class SpeechBody(BaseModel):
-    """``POST /v1/audio/speech``: OpenAI's fields, plus the studio's ``reference_audio``/``reference_text``
-    (a voice sent with the request), ``seed``, ``stream`` and ``first_hop_tokens``."""
+    """``POST /v1/audio/speech``: OpenAI's fields (``voice`` a name or ``{"id": ...}``; ``stream_format``),
+    plus the studio's ``reference_audio``/``reference_text`` (a voice sent with the request), ``seed``,
+    ``stream`` (default: stream the streamable formats, as OpenAI does) and ``first_hop_tokens``; and
+    vLLM-Omni's ``ref_audio``/``ref_text`` (the same as the studio's), ``task_type`` and ``language``
+    (accepted, unused: the mode follows from the fields sent and CosyVoice reads the language off the text)."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: Annotated[Line, Field(max_length=MAX_ID_CHARS)] = "cosyvoice2"
     input: Annotated[Text, Field(max_length=MAX_INPUT_CHARS), AfterValidator(check_speakable)]
-    voice: Annotated[Line, Field(max_length=MAX_ID_CHARS)] = ""  # a voice of the library
+    voice: Annotated[Line, Field(max_length=MAX_ID_CHARS), BeforeValidator(_voice_id)] = (
+        ""  # library or alias
+    )
     reference_audio: Annotated[str, Field(max_length=8 << 20)] = ""  # base64 audio file used as the voice
     reference_text: Annotated[Text, Field(max_length=MAX_TRANSCRIPT_CHARS)] = ""  # its transcript
     response_format: Annotated[Line, Field(max_length=16)] = "wav"
     speed: float = Field(1.0, gt=0)
     instructions: Annotated[Text, Field(max_length=MAX_INSTRUCTIONS_CHARS)] = ""
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    stream: bool = False
+    stream: bool | None = None  # None: stream when the format can (pcm, wav) or stream_format is "sse"
+    stream_format: Literal["audio", "sse"] = "audio"
     first_hop_tokens: int = Field(0, ge=0, le=10_000)  # the first streamed chunk after N speech tokens
+    ref_audio: Annotated[str, Field(max_length=8 << 20)] = ""  # vLLM-Omni's name for reference_audio
+    ref_text: Annotated[Text, Field(max_length=MAX_TRANSCRIPT_CHARS)] = ""
+    task_type: Annotated[Line, Field(max_length=MAX_ID_CHARS)] = ""
+    language: Annotated[Line, Field(max_length=MAX_ID_CHARS)] = ""
+
+    @model_validator(mode="after")
+    def _vllm_omni_names(self):
+        self.reference_audio = self.reference_audio or self.ref_audio
+        self.reference_text = self.reference_text or self.ref_text
+        return self
+
+    def speech_fields(self) -> dict:
+        """The fields `studio.serve.service.SpeechRequest` takes."""
+        return self.model_dump(exclude={"ref_audio", "ref_text", "task_type", "language", "stream_format"})
 
 
 def error_json(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:

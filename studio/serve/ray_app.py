@@ -20,6 +20,7 @@ class ReplicaSpec:
     api_key: str | None = None
     vllm_options: dict = field(default_factory=dict)
     asr_model: str = ""
+    voice_aliases: dict = field(default_factory=dict)  # `serve --voice-alias`
 
 
 def build_replica_app(spec: ReplicaSpec):
@@ -34,7 +35,7 @@ def build_replica_app(spec: ReplicaSpec):
 
     service = SpeechService(spec.model_dir, VoiceLibrary(spec.voices_dir), backend=spec.backend, fp16=spec.fp16,
                             vllm_options=spec.vllm_options, vram_budget_gb=spec.vram_budget_gb,
-                            asr_model=spec.asr_model)  # fmt: skip
+                            asr_model=spec.asr_model, voice_aliases=spec.voice_aliases)  # fmt: skip
     service.load()
     replica = f"{socket.gethostname()}:{os.getpid()}"  # as its X-Served-By says
     return create_app(service, spec.api_key, metrics_text=replica_metrics(service.metrics.text, replica))

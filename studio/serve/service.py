@@ -64,7 +64,7 @@ class SpeechRequest:
     speed: float = 1.0
     instructions: str = ""
     seed: int | None = None
-    stream: bool = False
+    stream: bool | None = None  # None: as the format allows (`studio.serve.api_router`)
     reference_audio: str = ""  # base64 audio file: a voice sent with the request (the studio's remote engine)
     reference_text: str = ""
     first_hop_tokens: int = 0  # the first streamed chunk after N speech tokens (0: upstream's schedule)
@@ -75,9 +75,12 @@ class SpeechRequest:
 class SpeechService:
     def __init__(self, model_dir: str, voices: VoiceLibrary, backend: str = "pytorch", fp16: bool = True,
                  vllm_options: dict | None = None, vram_budget_gb: float = 0.0, workers: int = 64,
-                 warmup: bool = True, asr_model: str = "", max_queued: int = 64):  # fmt: skip
+                 warmup: bool = True, asr_model: str = "", max_queued: int = 64,
+                 voice_aliases: dict[str, str] | None = None):  # fmt: skip
         self.model_dir, self.backend_asked = model_dir, backend
         self.voices = voices
+        #: other names of library voices, e.g. OpenAI's ("alloy" -> "narrator"); names are case-insensitive
+        self.voice_aliases = {name.strip().lower(): slug for name, slug in (voice_aliases or {}).items()}
         self._load_args = (backend, fp16, vllm_options or {}, vram_budget_gb)
         self._warmup = warmup
         self.asr_model = asr_model  # transcribes uploaded voices sent without a transcript ("" = never)
@@ -122,6 +125,23 @@ class SpeechService:
             self.loaded.close()
 
     @property
+    def model_name(self) -> str:
+        """The model's id in ``/v1/models``: its folder's name."""
+        from pathlib import Path
+
+        return Path(self.model_dir).name or "cosyvoice2"
+
+    @property
+    def model_created(self) -> int:
+        """When the model folder was made (``created`` in ``/v1/models``); 0 when it cannot be read."""
+        import os
+
+        try:
+            return int(os.stat(self.model_dir).st_mtime)
+        except OSError:
+            return 0
+
+    @property
     def sample_rate(self) -> int:
         from studio.engine.runner import output_rate
 
@@ -151,28 +171,36 @@ class SpeechService:
             raise ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field)) from None
 
     def _voice(self, body: SpeechRequest) -> tuple[np.ndarray, int, str]:
-        """(prompt audio, its rate, transcript) of the library voice named, or of the reference sent."""
-        if body.reference_audio and not body.voice:
+        """(prompt audio, its rate, transcript) of the reference sent (it wins over ``voice``), or of the
+        library voice named, directly or through an alias; an unknown voice is OpenAI's 400 naming it."""
+        if body.reference_audio:
             import base64
             import binascii
 
             from studio.serve.formats import decode_upload
 
+            encoded = body.reference_audio
+            if encoded.startswith("data:") and ";base64," in encoded[:100]:  # a data URL (vLLM-Omni's)
+                encoded = encoded.split(";base64,", 1)[1]
             try:
-                data = base64.b64decode(body.reference_audio, validate=True)
+                data = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):
                 raise ServiceError(422, "reference_audio is not base64", "reference_audio") from None
             samples, rate = decode_upload(data, "reference_audio", MAX_REFERENCE_SECONDS)
             return samples, rate, body.reference_text.strip()
+        name = self.voice_aliases.get(body.voice.strip().lower(), body.voice)
         try:
-            voice = self.voices.get(body.voice)
+            voice = self.voices.get(name)
             prompt, rate, transcript = self.voices.load_prompt(voice.slug)  # this server's library
         except VoiceError:
-            known = ", ".join(v.slug for v in self.voices.list()) or "none yet (POST /v1/voices)"
-            raise ServiceError(
-                404, f"unknown voice {body.voice!r}; registered voices: {known}", "voice"
-            ) from None
+            raise ServiceError(400, f"unknown voice {body.voice!r}; {self.voice_names()}", "voice") from None
         return prompt, rate, transcript
+
+    def voice_names(self) -> str:
+        """The voices a request may name, for an error message."""
+        known = ", ".join(v.slug for v in self.voices.list()) or "none yet (POST /v1/voices)"
+        aliases = ", ".join(f"{alias} ({slug})" for alias, slug in sorted(self.voice_aliases.items()))
+        return f"registered voices: {known}" + (f"; aliases: {aliases}" if aliases else "")
 
     @property
     def queued(self) -> int:
@@ -202,9 +230,9 @@ class SpeechService:
         running = max(1, len(self.active) - queued)
         return min(600, max(1, math.ceil(take * queued / running)))
 
-    async def chunks(self, request: Synthesize) -> AsyncIterator[np.ndarray]:
+    async def chunks(self, request: Synthesize, stats: list | None = None) -> AsyncIterator[np.ndarray]:
         """The take's audio chunks (float32, ``sample_rate``) as they are made; closing this iterator
-        early (a client that went away) cancels the take."""
+        early (a client that went away) cancels the take. ``stats`` gets the take's `TakeStats` at its end."""
         from studio.engine import runner
 
         loop = asyncio.get_running_loop()
@@ -243,6 +271,8 @@ class SpeechService:
                     first = first if first is not None else time.perf_counter() - started
                     yield payload
                 elif kind == "done":
+                    if stats is not None:
+                        stats.append(payload)
                     outcome = "cancelled" if payload.cancelled else "ok"
                     if outcome == "ok":
                         self.metrics.take_done(first, payload.total_seconds, payload.rtf)

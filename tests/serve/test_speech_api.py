@@ -107,7 +107,7 @@ def test_health_and_metrics_parse(client, voice_id):
     [
         ({"input": "x" * (MAX_INPUT_CHARS + 1)}, 422, "at most 4096"),
         ({"input": "   "}, 422, "empty"),
-        ({"input": "Hi.", "voice": "alloy"}, 404, "unknown voice 'alloy'"),
+        ({"input": "Hi.", "voice": "alloy"}, 400, "unknown voice 'alloy'"),
         ({"input": "Hi.", "response_format": "aiff"}, 422, "response_format"),
         ({"input": "Hi.", "response_format": "mp3", "stream": True}, 422, "streaming needs"),
         ({"input": "Hi.", "first_hop_tokens": -1}, 422, "first_hop_tokens"),
