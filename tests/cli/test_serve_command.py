@@ -30,3 +30,17 @@ def test_a_missing_model_or_a_bad_replica_count_is_refused(tmp_path, capsys, tin
     assert "model folder not found" in capsys.readouterr().err
     assert main(["serve", "--model", str(tiny_model_dir), "--ray", "--replicas", "many"]) == 2
     assert "--replicas" in capsys.readouterr().err
+
+
+def test_voice_aliases_reach_the_service(tiny_model_dir, tmp_path):
+    from studio.cli import build_parser
+    from studio.commands.serve import build_service, voice_aliases
+
+    aliases = ["--voice-alias", "Alloy=narrator", "--voice-alias", "nova=reader"]
+    args = build_parser().parse_args(
+        ["serve", "--model", str(tiny_model_dir), "--voices", str(tmp_path), *aliases]
+    )
+    service = build_service(args)
+    assert service.voice_aliases == {"alloy": "narrator", "nova": "reader"}
+    with pytest.raises(SystemExit, match="NAME=VOICE"):
+        voice_aliases(["alloy"])
