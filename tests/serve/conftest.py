@@ -115,3 +115,21 @@ def paced_engine(monkeypatch):
 
     monkeypatch.setattr(runner, "run_take", paced_run_take)
     return finished
+
+
+@pytest.fixture
+def failing_after_a_chunk(monkeypatch):
+    """The real engine, failing each take with a RuntimeError right after its first chunk (a card that fell
+    off the bus mid-take)."""
+    from studio.engine import runner
+
+    real_run_take = runner.run_take
+
+    def fails_after_a_chunk(model, request, *, on_chunk=None, **kwargs):
+        def then_fail(samples):
+            on_chunk(samples)
+            raise RuntimeError("the card fell off the bus")
+
+        return real_run_take(model, request, on_chunk=then_fail, **kwargs)
+
+    monkeypatch.setattr(runner, "run_take", fails_after_a_chunk)

@@ -65,19 +65,7 @@ def test_a_client_that_leaves_a_streamed_take_cancels_it(server, client, voice, 
     assert _cancelled(client) == before + 1
 
 
-def test_a_take_that_fails_mid_stream_breaks_the_stream(server, client, voice, monkeypatch):
-    from studio.engine import runner
-
-    real_run_take = runner.run_take
-
-    def fails_after_a_chunk(model, request, *, on_chunk=None, **kwargs):
-        def then_fail(samples):
-            on_chunk(samples)
-            raise RuntimeError("the card fell off the bus")
-
-        return real_run_take(model, request, on_chunk=then_fail, **kwargs)
-
-    monkeypatch.setattr(runner, "run_take", fails_after_a_chunk)
+def test_a_take_that_fails_mid_stream_breaks_the_stream(server, client, voice, failing_after_a_chunk):
     body = {"input": LONG, "voice": voice, "response_format": "wav", "stream": True}
     received = []
     with pytest.raises(httpx.RemoteProtocolError):

@@ -123,45 +123,29 @@ def test_voice_ids_match_exactly(client, narrator):
 
 def test_eight_concurrent_registrations_of_one_name_make_one_voice(server):
     base, _ = server
-    codes: list[int] = []
     data = wav_bytes(3.0)
 
-    def register() -> None:
-        answer = httpx.post(
-            f"{base}/v1/voices",
-            headers=AUTH,
-            data={"name": "Twin"},
-            files={"audio": ("t.wav", data)},
-            timeout=120,
-        )
-        codes.append(answer.status_code)
+    def post_at_once(times: int, form: dict) -> list[int]:
+        codes: list[int] = []
 
-    threads = [threading.Thread(target=register) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert sorted(codes) == [201] + [409] * 7
+        def post() -> None:
+            answer = httpx.post(
+                f"{base}/v1/voices", headers=AUTH, data=form, files={"audio": ("t.wav", data)}, timeout=120
+            )
+            codes.append(answer.status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(times)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        return codes
+
+    assert sorted(post_at_once(8, {"name": "Twin"})) == [201] + [409] * 7
     names = [v["name"] for v in httpx.get(f"{base}/v1/voices", headers=AUTH).json()["data"]]
     assert names.count("Twin") == 1
-    codes.clear()
-
-    def overwrite() -> None:
-        answer = httpx.post(
-            f"{base}/v1/voices",
-            headers=AUTH,
-            data={"name": "Twin", "overwrite": "true"},
-            files={"audio": ("t.wav", data)},
-            timeout=120,
-        )
-        codes.append(answer.status_code)
-
-    threads = [threading.Thread(target=overwrite) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert codes and all(code in (201, 409) for code in codes) and len(codes) == 4
+    codes = post_at_once(4, {"name": "Twin", "overwrite": "true"})
+    assert all(code in (201, 409) for code in codes) and len(codes) == 4
 
 
 @pytest.mark.parametrize(("name", "transcript"), [("a\u0000b", ""), ("n" * 10_000, ""), ("Ok", "t" * 5000)])
