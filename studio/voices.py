@@ -1,7 +1,8 @@
 """The voice library: named reference voices (cleaned prompt audio, original recording, transcript), Qt-free.
 
 Each voice is a folder ``<slug>/`` holding ``prompt.wav`` (the cleaned prompt the engine gets),
-``original.wav`` (the recording as made, kept untouched) and ``voice.json`` (name, transcript, created).
+``original.wav`` (the recording as made, kept untouched) and ``voice.json`` (name, transcript, created,
+aliases: other names a request may use, e.g. OpenAI's ``alloy``; unique in the library, case-insensitive).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from studio.atomic_files import disk_error, ensure_folder
+from studio.atomic_files import atomic_write_bytes, disk_error, ensure_folder
 
 
 class VoiceError(Exception):
@@ -32,13 +33,23 @@ class VoiceExistsError(VoiceError):
     """A voice of that name is already saved (save again with ``overwrite=True`` to replace it)."""
 
 
+class VoiceNotFoundError(VoiceError):
+    """No saved voice has that id."""
+
+
+class AliasTakenError(VoiceError):
+    """An alias is another voice's id or alias."""
+
+
 class VoiceBusyError(VoiceError):
     """Another save of a voice of that name held its claim for longer than `CLAIM_WAIT_S`."""
 
 
 MAX_NAME_CHARS = 100
+MAX_ALIASES = 32
 CLAIM_WAIT_S = 10.0  # how long a save waits for a concurrent save of the same name
 STALE_CLAIM_S = 60.0  # a claim this old was left by a process that died while saving
+ALIASES_CLAIM = "\x00aliases"  # the claim key of alias changes (no voice name holds a NUL)
 _VOICE_ID = re.compile(r"[^\W_][\w-]{0,79}")  # what slugify makes (and "-2" suffixes): never a path
 
 
@@ -52,6 +63,7 @@ class Voice:
     created: float
     sample_rate: int
     duration_s: float
+    aliases: tuple[str, ...] = ()  # other names (`alias_key` form); old sidecars have none
 
 
 def same_name(a: str, b: str) -> bool:
@@ -59,16 +71,21 @@ def same_name(a: str, b: str) -> bool:
     return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
-def check_name(name: str) -> str:
+def check_name(name: str, what: str = "voice name") -> str:
     """``name`` stripped; a `VoiceError` when it is empty, too long or holds control characters."""
     name = (name or "").strip()
     if not name:
-        raise VoiceError("a voice needs a name")
+        raise VoiceError(f"a {what} cannot be empty")
     if len(name) > MAX_NAME_CHARS:
-        raise VoiceError(f"a voice name has at most {MAX_NAME_CHARS} characters (this one has {len(name)})")
+        raise VoiceError(f"a {what} has at most {MAX_NAME_CHARS} characters (this one has {len(name)})")
     if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
-        raise VoiceError("a voice name cannot hold control characters")
+        raise VoiceError(f"a {what} cannot hold control characters")
     return name
+
+
+def alias_key(alias: str) -> str:
+    """An alias checked as a voice name is (`check_name`) and folded: case and spacing do not matter."""
+    return " ".join(check_name(alias, "voice alias").split()).casefold()
 
 
 def slugify(name: str) -> str:
@@ -111,12 +128,22 @@ class VoiceLibrary:
             files["original.wav"] = encode_audio(original, original_rate or sample_rate, "WAV", "FLOAT")
         try:
             ensure_folder(self.folder)
-            with self._claim(name) as existing:
+            with (
+                self._claim(name) as existing,
+                self._hold(ALIASES_CLAIM, "the voice aliases are being changed"),
+            ):
                 if existing is not None and not overwrite:
                     raise VoiceExistsError(f"a voice named {existing.name!r} already exists")
                 slug = existing.slug if existing is not None else self._reserve_slug(slugify(name))
+                kept = self._kept_aliases(existing)  # a replaced voice keeps its aliases
                 voice = Voice(
-                    name, slug, transcript.strip(), time.time(), int(sample_rate), prompt.size / sample_rate
+                    name,
+                    slug,
+                    transcript.strip(),
+                    time.time(),
+                    int(sample_rate),
+                    prompt.size / sample_rate,
+                    kept,
                 )
                 files["voice.json"] = json.dumps(asdict(voice), indent=2, ensure_ascii=False).encode()
                 try:
@@ -152,7 +179,13 @@ class VoiceLibrary:
     def _claim(self, name: str) -> Iterator[Voice | None]:
         """Hold the claim on ``name`` (an exclusively created file, so concurrent saves of one name, in this
         process or another, take turns) and yield the saved voice of that name, if any."""
-        key = " ".join(name.split()).casefold()
+        with self._hold(" ".join(name.split()).casefold(), f"the voice {name!r} is being saved"):
+            yield next((v for v in self.list() if same_name(v.name, name)), None)
+
+    @contextmanager
+    def _hold(self, key: str, what: str) -> Iterator[None]:
+        """Hold the claim file of ``key`` (exclusively created: holders in this process or another take
+        turns); `VoiceBusyError` naming ``what`` after `CLAIM_WAIT_S`."""
         path = self.folder / f".claim-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
         deadline = time.monotonic() + CLAIM_WAIT_S
         while True:
@@ -163,11 +196,11 @@ class VoiceLibrary:
                 if _age(path) > STALE_CLAIM_S:
                     path.unlink(missing_ok=True)
                 elif time.monotonic() > deadline:
-                    raise VoiceBusyError(f"the voice {name!r} is being saved by another request") from None
+                    raise VoiceBusyError(f"{what} by another request") from None
                 else:
                     time.sleep(0.02)
         try:
-            yield next((v for v in self.list() if same_name(v.name, name)), None)
+            yield
         finally:
             path.unlink(missing_ok=True)
 
@@ -190,7 +223,7 @@ class VoiceLibrary:
             if meta.parent.name.startswith("."):
                 continue
             try:
-                voices.append(Voice(**json.loads(meta.read_text())))
+                voices.append(_voice(meta.read_text()))
             except (ValueError, TypeError, OSError):
                 continue
         return sorted(voices, key=lambda v: v.name.lower())
@@ -198,16 +231,51 @@ class VoiceLibrary:
     def get(self, slug: str) -> Voice:
         """The voice whose id is exactly ``slug`` (no case folding, no slug resolution)."""
         if not _VOICE_ID.fullmatch(slug or ""):
-            raise VoiceError(f"no saved voice {slug!r}")
+            raise VoiceNotFoundError(f"no saved voice {slug!r}")
         try:
-            voice = Voice(**json.loads((self.folder / slug / "voice.json").read_text()))
+            voice = _voice((self.folder / slug / "voice.json").read_text())
         except FileNotFoundError:
-            raise VoiceError(f"no saved voice {slug!r}") from None
+            raise VoiceNotFoundError(f"no saved voice {slug!r}") from None
         except (ValueError, TypeError) as exc:
             raise VoiceError(f"the saved voice {slug!r} is damaged: {exc}") from exc
         if voice.slug != slug:  # a case-insensitive file system found another spelling
-            raise VoiceError(f"no saved voice {slug!r}")
+            raise VoiceNotFoundError(f"no saved voice {slug!r}")
         return voice
+
+    def by_alias(self, alias: str) -> Voice | None:
+        """The voice that has ``alias`` (any case and spacing), or None."""
+        key = " ".join((alias or "").split()).casefold()
+        return next((v for v in self.list() if key in v.aliases), None) if key else None
+
+    def set_aliases(self, slug: str, aliases: list[str]) -> Voice:
+        """Replace the aliases of the voice whose id is exactly ``slug`` (its sidecar rewritten atomically, under
+        the library's alias claim so that two voices never take one alias). `VoiceNotFoundError` for an
+        unknown id, `AliasTakenError` for an alias that is another voice's id or alias, `VoiceError` for a
+        malformed one."""
+        keys = tuple(dict.fromkeys(alias_key(alias) for alias in aliases))
+        if len(keys) > MAX_ALIASES:
+            raise VoiceError(f"a voice has at most {MAX_ALIASES} aliases")
+        self.get(slug)
+        try:
+            with self._hold(ALIASES_CLAIM, "the voice aliases are being changed"):
+                others = [v for v in self.list() if v.slug != slug]
+                for key in keys:
+                    owner = next((v for v in others if key == v.slug or key in v.aliases), None)
+                    if owner is not None:
+                        what = "the id" if key == owner.slug else "an alias"
+                        raise AliasTakenError(f"the alias {key!r} is {what} of the voice {owner.slug!r}")
+                voice = replace(self.get(slug), aliases=keys)
+                payload = json.dumps(asdict(voice), indent=2, ensure_ascii=False).encode()
+                atomic_write_bytes(self.folder / slug / "voice.json", payload)
+        except FileNotFoundError:
+            raise VoiceNotFoundError(f"no saved voice {slug!r}") from None
+        return voice
+
+    def _kept_aliases(self, existing: Voice | None) -> tuple[str, ...]:
+        try:
+            return self.get(existing.slug).aliases if existing is not None else ()
+        except VoiceError:
+            return ()
 
     def load_prompt(self, slug: str) -> tuple[np.ndarray, int, str]:
         """(prompt audio float32, its sample rate, transcript) of a saved voice."""
@@ -239,15 +307,25 @@ class VoiceLibrary:
         voice = self.get(slug)
         old = None
         try:
-            old = Path(tempfile.mkdtemp(prefix=f".{slug}.old.", dir=self.folder))
-            os.replace(self.folder / voice.slug, old / "voice")
+            with self._hold(
+                ALIASES_CLAIM, "the voice aliases are being changed"
+            ):  # not while its aliases are being set
+                old = Path(tempfile.mkdtemp(prefix=f".{slug}.old.", dir=self.folder))
+                os.replace(self.folder / voice.slug, old / "voice")
         except FileNotFoundError:
-            raise VoiceError(f"no saved voice {slug!r}") from None
+            raise VoiceNotFoundError(f"no saved voice {slug!r}") from None
         except OSError as exc:
             raise disk_error(exc, self.folder) from exc
         finally:
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _voice(sidecar: str) -> Voice:
+    """A `Voice` from its ``voice.json`` text (aliases a tuple; none in sidecars written before them)."""
+    fields = json.loads(sidecar)
+    fields["aliases"] = tuple(fields.get("aliases") or ())
+    return Voice(**fields)
 
 
 def _age(path: Path) -> float:

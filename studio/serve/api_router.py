@@ -16,7 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from studio.serve.cancellation import with_cancellation
 from studio.serve.formats import FORMATS, STREAMABLE, encode
-from studio.serve.protocol import MAX_ID_CHARS, MAX_TRANSCRIPT_CHARS, SpeechBody, check_text
+from studio.serve.protocol import MAX_ID_CHARS, MAX_TRANSCRIPT_CHARS, SpeechBody, VoicePatch, check_text
 from studio.serve.service import ServiceError, SpeechRequest, SpeechService
 from studio.serve.sse import audio_bytes, primed, sse_events
 
@@ -101,10 +101,10 @@ async def list_models(request: Request) -> dict[str, Any]:
 async def audio_voices(request: Request) -> dict[str, Any]:
     """The voices as ``{id, name}`` (Open WebUI reads ``voices``, others ``data``), aliases included."""
     service: SpeechService = request.app.state.service
-    voices = [{"id": v.slug, "name": v.name} for v in await asyncio.to_thread(service.voices.list)]
-    voices += [
-        {"id": alias, "name": f"{alias} ({slug})"} for alias, slug in sorted(service.voice_aliases.items())
-    ]
+    library = await asyncio.to_thread(service.voices.list)
+    voices = [{"id": v.slug, "name": v.name} for v in library]
+    aliases = sorted(service.all_aliases(library).items())  # the library's and --voice-alias
+    voices += [{"id": alias, "name": f"{alias} ({slug})"} for alias, slug in aliases]
     return {"object": "list", "data": voices, "voices": voices}
 
 
@@ -122,6 +122,7 @@ async def add_voice(
     audio: Annotated[UploadFile, File()],
     transcript: Annotated[str, Form(max_length=MAX_TRANSCRIPT_CHARS)] = "",
     overwrite: Annotated[bool, Form()] = False,
+    aliases: Annotated[str, Form(max_length=32 * (MAX_ID_CHARS + 1))] = "",  # comma-separated
 ):
     from studio.serve.voices_api import register_voice
 
@@ -129,10 +130,49 @@ async def add_voice(
         check_text(transcript)
     except ValueError as exc:
         raise ServiceError(422, f"transcript {exc}", "transcript") from None
-    data = await audio.read()
+    names = [alias for alias in aliases.split(",") if alias.strip()]
     service = request.app.state.service
+    if names:  # refused before the upload is cleaned and saved, when it can be
+        await off_loop(request, _check_aliases, service.voices, name, names)
+    data = await audio.read()
     voice = await off_loop(request, register_voice, service, name, data, transcript, overwrite)
+    if names:
+        voice = await off_loop(request, _set_aliases, service.voices, voice.slug, names)
     return _voice_json(voice)
+
+
+@router.patch("/v1/voices/{voice_id}")
+async def patch_voice(voice_id: str, body: VoicePatch, request: Request) -> dict[str, Any]:
+    """Set a voice's aliases (OpenAI's voice names, e.g. ``alloy``): 404 unknown id, 409 taken, 422 malformed."""
+    voice = await off_loop(request, _set_aliases, request.app.state.service.voices, voice_id, body.aliases)
+    return _voice_json(voice)
+
+
+def _set_aliases(library, voice_id: str, aliases: list[str]):
+    from studio.voices import AliasTakenError, VoiceBusyError, VoiceError, VoiceNotFoundError
+
+    try:
+        return library.set_aliases(voice_id, aliases)
+    except VoiceNotFoundError:
+        raise ServiceError(404, f"no voice {voice_id!r}", "voice_id") from None
+    except (AliasTakenError, VoiceBusyError) as exc:
+        raise ServiceError(409, str(exc), "aliases") from None
+    except VoiceError as exc:
+        raise ServiceError(422, str(exc), "aliases") from None
+
+
+def _check_aliases(library, name: str, aliases: list[str]) -> None:
+    """A 422 for a malformed alias, a 409 for one another voice than ``name``'s has (its id or an alias)."""
+    from studio.voices import VoiceError, alias_key, same_name
+
+    try:
+        keys = [alias_key(alias) for alias in aliases]
+    except VoiceError as exc:
+        raise ServiceError(422, str(exc), "aliases") from None
+    for voice in (v for v in library.list() if not same_name(v.name, name)):
+        taken = next((key for key in keys if key == voice.slug or key in voice.aliases), None)
+        if taken is not None:
+            raise ServiceError(409, f"the alias {taken!r} is taken by the voice {voice.slug!r}", "aliases")
 
 
 @router.delete("/v1/voices/{voice_id}")
@@ -154,6 +194,7 @@ def _voice_json(voice) -> dict[str, Any]:
         "transcript": voice.transcript,
         "duration_s": round(voice.duration_s, 3),
         "created": int(voice.created),
+        "aliases": list(voice.aliases),
     }
 
 

@@ -104,6 +104,12 @@ class SpeechBody(BaseModel):
         return self.model_dump(exclude={"ref_audio", "ref_text", "task_type", "language", "stream_format"})
 
 
+class VoicePatch(BaseModel):
+    """``PATCH /v1/voices/{id}``: the voice's aliases, replacing the ones it had (``[]`` removes them)."""
+
+    aliases: Annotated[list[Annotated[Line, Field(max_length=MAX_ID_CHARS)]], Field(max_length=32)]
+
+
 def error_json(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error body; the message made printable (it may quote what the client sent)."""
     kind = (

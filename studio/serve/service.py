@@ -20,7 +20,7 @@ import numpy as np
 from studio.engine.protocol import Synthesize
 from studio.request import Mode, RequestError
 from studio.serve.metrics import Metrics
-from studio.voices import VoiceError, VoiceLibrary
+from studio.voices import Voice, VoiceError, VoiceLibrary
 
 log = logging.getLogger("studio.serve")
 
@@ -188,18 +188,37 @@ class SpeechService:
                 raise ServiceError(422, "reference_audio is not base64", "reference_audio") from None
             samples, rate = decode_upload(data, "reference_audio", MAX_REFERENCE_SECONDS)
             return samples, rate, body.reference_text.strip()
-        name = self.voice_aliases.get(body.voice.strip().lower(), body.voice)
         try:
-            voice = self.voices.get(name)
+            voice = self._library_voice(body.voice)
             prompt, rate, transcript = self.voices.load_prompt(voice.slug)  # this server's library
         except VoiceError:
             raise ServiceError(400, f"unknown voice {body.voice!r}; {self.voice_names()}", "voice") from None
         return prompt, rate, transcript
 
+    def _library_voice(self, requested: str) -> Voice:
+        """The library voice whose id is exactly ``requested``, else the one ``--voice-alias`` names, else the
+        one with that alias in the library (both case-insensitive); a `VoiceError` when none is."""
+        try:
+            return self.voices.get(requested)
+        except VoiceError:
+            pass
+        slug = self.voice_aliases.get(requested.strip().lower())
+        if slug is not None:
+            return self.voices.get(slug)
+        voice = self.voices.by_alias(requested)
+        if voice is None:
+            raise VoiceError(f"no voice {requested!r}")
+        return voice
+
+    def all_aliases(self, voices: list[Voice]) -> dict[str, str]:
+        """Every alias -> the voice id it speaks with: the library's, then ``--voice-alias`` (which wins)."""
+        return {**{alias: v.slug for v in voices for alias in v.aliases}, **self.voice_aliases}
+
     def voice_names(self) -> str:
         """The voices a request may name, for an error message."""
-        known = ", ".join(v.slug for v in self.voices.list()) or "none yet (POST /v1/voices)"
-        aliases = ", ".join(f"{alias} ({slug})" for alias, slug in sorted(self.voice_aliases.items()))
+        voices = self.voices.list()
+        known = ", ".join(v.slug for v in voices) or "none yet (POST /v1/voices)"
+        aliases = ", ".join(f"{alias} ({slug})" for alias, slug in sorted(self.all_aliases(voices).items()))
         return f"registered voices: {known}" + (f"; aliases: {aliases}" if aliases else "")
 
     @property
