@@ -137,7 +137,13 @@ async def add_voice(
     data = await audio.read()
     voice = await off_loop(request, register_voice, service, name, data, transcript, overwrite)
     if names:
-        voice = await off_loop(request, _set_aliases, service.voices, voice.slug, names)
+        try:
+            voice = await off_loop(request, _set_aliases, service.voices, voice.slug, names)
+        except ServiceError:
+            # an alias taken meanwhile: the request fails whole, no new voice is left without its aliases
+            if not overwrite:
+                await off_loop(request, service.voices.delete, voice.slug)
+            raise
     return _voice_json(voice)
 
 

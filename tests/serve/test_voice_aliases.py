@@ -84,6 +84,23 @@ def test_a_voice_posted_with_aliases(sdk, server, client):
     assert "Alias Other" not in {v["name"] for v in client.get("/v1/voices").json()["data"]}
 
 
+def test_an_alias_taken_while_the_voice_saves_fails_the_whole_post(server, client, monkeypatch):
+    from studio.serve import api_router
+
+    holder = register_voice(server[0], "Alias Holder")
+    assert client.patch(f"/v1/voices/{holder}", json={"aliases": ["ballad"]}).status_code == 200
+    monkeypatch.setattr(
+        api_router, "_check_aliases", lambda *args: None
+    )  # the alias is taken after the check
+    raced = client.post(
+        "/v1/voices",
+        data={"name": "Alias Raced", "aliases": "ballad"},
+        files={"audio": ("voice.wav", wav_bytes(3.0))},
+    )
+    assert raced.status_code == 409, raced.text
+    assert "Alias Raced" not in {v["name"] for v in client.get("/v1/voices").json()["data"]}
+
+
 def test_the_command_line_alias_wins(sdk, server, client, voices, monkeypatch):
     narrator, second = voices
     assert client.patch(f"/v1/voices/{narrator}", json={"aliases": ["verse"]}).status_code == 200
