@@ -1,9 +1,8 @@
 """Processes that end with their parent, whatever ends it (SIGTERM, SIGKILL, a crash, a quit during load).
 
-A child process calls ``die_with_parent()`` first thing: on Linux the kernel SIGKILLs it when its parent
-dies (``PR_SET_PDEATHSIG``, optional: it fires when the parent's *thread* that started it ends), and a
-watchdog thread waits on the parent (a pidfd; polling ``getppid()`` where there is none) and then sends
-this process SIGTERM, so vLLM's engine core shuts down in order, and SIGKILL after ``grace`` seconds.
+A child process calls ``die_with_parent()`` first thing: a watchdog thread waits on the parent (a pidfd;
+polling ``getppid()`` where there is none) and then sends this process SIGTERM, so vLLM's engine core shuts
+down in order, and SIGKILL after ``grace`` seconds; a process that leads its own group ends the whole group.
 
 vLLM starts its engine core and workers itself, as ``multiprocessing`` children; the studio's
 vLLM plugin, which vLLM loads in each of them, calls ``arm_if_child()`` and ``watch_forks()`` (a
@@ -32,7 +31,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 GRACE_S = (
     5.0  # how long an orphan's SIGTERM gets (vLLM's engine core unlinks its shared memory) before SIGKILL
@@ -65,21 +63,16 @@ def expected_parent() -> int:
     return parent.pid if parent is not None and parent.pid else os.getppid()
 
 
-def die_with_parent(
-    parent_pid: int | None = None, *, pdeathsig: bool = False, grace: float = GRACE_S
-) -> None:
+def die_with_parent(parent_pid: int | None = None, *, grace: float = GRACE_S) -> None:
     """End this process when ``parent_pid`` (default: the process that started it) ends. Idempotent.
 
     A process that leads its own process group (``lead_group``) ends the whole group: its children too,
-    also those that cannot watch for themselves yet (vLLM's engine core before its handshake). Such a
-    process needs the watchdog alive to do it, so ``pdeathsig`` (an instant SIGKILL) is not set for it."""
+    also those that cannot watch for themselves yet (vLLM's engine core before its handshake)."""
     global _armed_in
     if _armed_in == os.getpid():  # no lock: a lock held by another thread at a fork would stay held
         return
     _armed_in = os.getpid()
     parent_pid = parent_pid or expected_parent()
-    if pdeathsig and not _leads_group():
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     threading.Thread(target=_watch, args=(parent_pid, grace), name="parent-watchdog", daemon=True).start()
 
 

@@ -95,6 +95,11 @@ def _exited(process: multiprocessing.Process, timeout: float = 0.0) -> bool:
     return bool(mp_connection.wait([process.sentinel], timeout))
 
 
+def _end_group(process: multiprocessing.Process) -> None:
+    """SIGTERM the engine's process group, SIGKILL what is left after `END_GRACE_S`; the engine reaped."""
+    lifetime.end_group(process.pid, lambda timeout: _exit_code(process, timeout) is not None, END_GRACE_S)
+
+
 def _exit_code(process: multiprocessing.Process, timeout: float) -> int | None:
     """The exit code once the process ends within ``timeout`` seconds, else None."""
     if not _exited(process, timeout):
@@ -200,9 +205,7 @@ class EngineClient:
             log.warning("engine did not stop within %.0f s; ending it", timeout)
             self._end(process)
         elif lifetime.signal_group(process.pid, 0):  # what is left of a crashed engine (vLLM's processes)
-            lifetime.end_group(
-                process.pid, lambda timeout: _exit_code(process, timeout) is not None, END_GRACE_S
-            )
+            _end_group(process)
         code = _exit_code(process, 10)
         requests.close()
         if reader is not None:
@@ -237,7 +240,7 @@ class EngineClient:
     def _end(self, process: multiprocessing.Process) -> None:
         """End the engine process and every process of its group (vLLM's): SIGTERM, SIGKILL after a grace."""
         self._ended = True
-        lifetime.end_group(process.pid, lambda timeout: _exit_code(process, timeout) is not None, END_GRACE_S)
+        _end_group(process)
 
     def __enter__(self) -> EngineClient:
         self.start()
