@@ -66,9 +66,14 @@ class Voice:
     aliases: tuple[str, ...] = ()  # other names (`alias_key` form); old sidecars have none
 
 
+def folded(name: str) -> str:
+    """``name`` as names compare: case and spacing do not matter."""
+    return " ".join(name.split()).casefold()
+
+
 def same_name(a: str, b: str) -> bool:
     """Two voice names name one voice when they differ only in case and spacing."""
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+    return folded(a) == folded(b)
 
 
 def check_name(name: str, what: str = "voice name") -> str:
@@ -85,7 +90,7 @@ def check_name(name: str, what: str = "voice name") -> str:
 
 def alias_key(alias: str) -> str:
     """An alias checked as a voice name is (`check_name`) and folded: case and spacing do not matter."""
-    return " ".join(check_name(alias, "voice alias").split()).casefold()
+    return folded(check_name(alias, "voice alias"))
 
 
 def slugify(name: str) -> str:
@@ -179,7 +184,7 @@ class VoiceLibrary:
     def _claim(self, name: str) -> Iterator[Voice | None]:
         """Hold the claim on ``name`` (an exclusively created file, so concurrent saves of one name, in this
         process or another, take turns) and yield the saved voice of that name, if any."""
-        with self._hold(" ".join(name.split()).casefold(), f"the voice {name!r} is being saved"):
+        with self._hold(folded(name), f"the voice {name!r} is being saved"):
             yield next((v for v in self.list() if same_name(v.name, name)), None)
 
     @contextmanager
@@ -244,7 +249,7 @@ class VoiceLibrary:
 
     def by_alias(self, alias: str) -> Voice | None:
         """The voice that has ``alias`` (any case and spacing), or None."""
-        key = " ".join((alias or "").split()).casefold()
+        key = folded(alias or "")
         return next((v for v in self.list() if key in v.aliases), None) if key else None
 
     def set_aliases(self, slug: str, aliases: list[str]) -> Voice:

@@ -89,7 +89,7 @@ def voice_aliases(pairs: list[str]) -> dict[str, str]:
         name, _, voice = pair.partition("=")
         if not name.strip() or not voice.strip():
             raise SystemExit(f"error: --voice-alias takes NAME=VOICE (e.g. alloy=narrator), not {pair!r}")
-        aliases[name.strip().lower()] = voice.strip()
+        aliases[name.strip()] = voice.strip()  # the service compares names as voice names (any case)
     return aliases
 
 

@@ -41,9 +41,14 @@ def check_text(value: str, *, lines: bool = True) -> str:
     return value
 
 
+def speakable(value: str) -> bool:
+    """Whether ``value`` has a letter or a digit to speak."""
+    return any(unicodedata.category(char)[0] in "LN" for char in value)
+
+
 def check_speakable(value: str) -> str:
-    """``value`` unchanged when it has a letter or a digit to speak, else a ValueError."""
-    if value.strip() and not any(unicodedata.category(char)[0] in "LN" for char in value):
+    """``value`` unchanged when it has a letter or a digit to speak (or is blank), else a ValueError."""
+    if value.strip() and not speakable(value):
         raise ValueError("has no letter or digit: there is nothing to say")
     return value
 

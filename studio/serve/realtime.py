@@ -21,8 +21,16 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from studio.serve.formats import pcm16, wav_stream_header
-from studio.serve.protocol import MAX_ID_CHARS, MAX_INSTRUCTIONS_CHARS, MAX_SEED, check_text, error_json
-from studio.serve.service import MAX_INPUT_CHARS, ServiceError, SpeechRequest, SpeechService
+from studio.serve.protocol import (
+    MAX_ID_CHARS,
+    MAX_INPUT_CHARS,
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_SEED,
+    check_text,
+    error_json,
+    speakable,
+)
+from studio.serve.service import ServiceError, SpeechRequest, SpeechService
 
 log = logging.getLogger("studio.serve")
 router = APIRouter()
@@ -47,10 +55,6 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
             sentences.append(piece)
         start = match.end()
     return sentences, buffer[start:]
-
-
-def speakable(text: str) -> bool:
-    return any(char.isalnum() for char in text)
 
 
 class Refused(Exception):

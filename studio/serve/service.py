@@ -20,11 +20,11 @@ import numpy as np
 from studio.engine.protocol import Synthesize
 from studio.request import Mode, RequestError
 from studio.serve.metrics import Metrics
-from studio.voices import Voice, VoiceError, VoiceLibrary
+from studio.serve.protocol import MAX_INPUT_CHARS
+from studio.voices import Voice, VoiceError, VoiceLibrary, folded
 
 log = logging.getLogger("studio.serve")
 
-MAX_INPUT_CHARS = 4096  # OpenAI's own limit for /v1/audio/speech
 MAX_REFERENCE_SECONDS = 30.0  # the model reads at most 30 s of a prompt
 #: the runtime's field names (`studio.request.RequestError.field`) -> the API's
 API_FIELDS = {
@@ -80,7 +80,7 @@ class SpeechService:
         self.model_dir, self.backend_asked = model_dir, backend
         self.voices = voices
         #: other names of library voices, e.g. OpenAI's ("alloy" -> "narrator"); names are case-insensitive
-        self.voice_aliases = {name.strip().lower(): slug for name, slug in (voice_aliases or {}).items()}
+        self.voice_aliases = {folded(name): slug for name, slug in (voice_aliases or {}).items()}
         self._load_args = (backend, fp16, vllm_options or {}, vram_budget_gb)
         self._warmup = warmup
         self.asr_model = asr_model  # transcribes uploaded voices sent without a transcript ("" = never)
@@ -202,7 +202,7 @@ class SpeechService:
             return self.voices.get(requested)
         except VoiceError:
             pass
-        slug = self.voice_aliases.get(requested.strip().lower())
+        slug = self.voice_aliases.get(folded(requested))
         if slug is not None:
             return self.voices.get(slug)
         voice = self.voices.by_alias(requested)
@@ -277,11 +277,10 @@ class SpeechService:
 
         with self._lock:
             self.active[request.request_id] = cancel
+            self.backlog += 1  # until a worker starts the take (`work`), or it is dropped unstarted
         outcome = "cancelled"
         first: float | None = None
         future = None
-        with self._lock:
-            self.backlog += 1  # until a worker starts the take (`work`), or it is dropped unstarted
         try:
             future = self._pool.submit(work)
             while True:
