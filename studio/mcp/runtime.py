@@ -202,9 +202,9 @@ class StudioRuntime:
     def _output_path(self, path: str) -> Path:
         target = self._resolve(path, "a path for the file, e.g. take.wav")
         if target.is_dir():
-            raise ToolProblem(
-                f"{target} is a folder; give a file name ending in .wav, .flac, .mp3, .ogg or .opus"
-            )
+            from studio.commands.synth import SUFFIX_FORMATS
+
+            raise ToolProblem(f"{target} is a folder; give a file name ending in {', '.join(SUFFIX_FORMATS)}")
         return target
 
     # -- scripts ---------------------------------------------------------------------------------------
