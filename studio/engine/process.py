@@ -369,7 +369,7 @@ def engine_main(requests: Any, events: Any, log_path: str) -> None:
     """Entry point of the engine process: handshake, then serve requests until Shutdown or EOF."""
     lifetime.lead_group()  # the client ends this process and all vLLM started under it together
     lifetime.die_with_parent()  # as group leader, with vLLM's processes (even before their handshake)
-    lifetime.set_name("studio-engine")
+    lifetime.set_name("cosyvoice-studio engine")
     configure_allocator()
     output = setup_logging(log_path)
     keep_from_forks(requests, events)
