@@ -28,10 +28,10 @@ import torch
 from flow_solver_check import relative  # this script's folder is on sys.path when it runs
 
 from studio.model_layout import BLANKEN_DIR, YAML_FILE
-from studio.tts.chunk_scheduler import scheduler_stats
 from studio.tts.config import read_config
 from studio.tts.flow.streaming.solver import solver_stats
 from studio.tts.loader import attach_cuda_graphs, load_flow, load_hift
+from studio.tts.scheduler import scheduler_stats
 from studio.tts.token2wav import Token2WavStream
 
 PROMPT_TOKENS, TAKE_TOKENS, TAKES = 75, 103, 8

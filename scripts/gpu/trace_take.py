@@ -70,9 +70,10 @@ def token_stamps(owner) -> None:
 
 
 def instrument(backend: str) -> None:
-    from studio.tts import chunk_scheduler, cosyvoice2, token2wav
+    from studio.tts import cosyvoice2, token2wav
     from studio.tts.flow.streaming import batched_encode, batched_solve, incremental, prompt_cache, solver
     from studio.tts.llm import model as lm_model
+    from studio.tts.scheduler import chunk_scheduler, gpu_work
 
     span(cosyvoice2.CosyVoice2, "_prepare_prompt", "prompt.prepare")
     span(lm_model.Qwen2LM, "build_prompt_embeds", "lm.prompt_embeds")
@@ -87,14 +88,14 @@ def instrument(backend: str) -> None:
     span(solver.EstimatorSolver, "solve_many", "flow.solve_many")  # the chunk scheduler's tick
     scheduler = chunk_scheduler.ChunkScheduler  # each tick's encoders begun and its audio delivered
     span(
-        scheduler,
-        "_begin",
+        gpu_work,
+        "begin",
         "tick.begin",
-        lambda _, jobs: f"{len(jobs)} chunks, {sum(j.first for j in jobs)} first",
+        lambda jobs: f"{len(jobs)} chunks, {sum(j.first for j in jobs)} first",
     )
     span(scheduler, "_deliver", "tick.deliver", lambda _, tick: f"{len(tick.jobs)} chunks")
     # host copies of a tick: any that waits for the GPU's queued work stalls the scheduler's thread
-    span(chunk_scheduler, "to_host_async", "copy.speech_to_host")
+    span(gpu_work, "to_host_async", "copy.speech_to_host")
     span(batched_encode, "to_device", "copy.encoder_inputs")
     span(batched_solve, "to_device", "copy.solve_inputs")
     span(solver.EstimatorSolver, "_copy_in", "flow.solve.copy_in")

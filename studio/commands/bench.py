@@ -121,8 +121,8 @@ def speed_variables_set() -> dict[str, str]:
 
 def flow_counters(loaded) -> dict[str, int]:
     """The streaming flow's counters (how chunks batched, graphs captured, scheduler ticks), if any."""
-    from studio.tts.chunk_scheduler import scheduler_stats
     from studio.tts.flow.streaming.solver import solver_stats
+    from studio.tts.scheduler import scheduler_stats
 
     parts = getattr(loaded.model, "model", None)
     flow = getattr(parts, "flow", None)

@@ -23,11 +23,11 @@ import torch
 from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
-from studio.tts.chunk_scheduler import ChunkCancelled, close_scheduler
 from studio.tts.errors import BackendUnavailableError, SynthesisError
 from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.loader import load_model_folder_beside, load_spk2info
 from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
+from studio.tts.scheduler import ChunkCancelled, close_scheduler
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
 from studio.tts.take_gate import TakeGate
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache

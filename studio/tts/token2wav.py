@@ -31,12 +31,12 @@ import torch
 from torch.nn import functional as F
 
 from studio import envs
-from studio.tts.chunk_scheduler import scheduler_for
 from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
+from studio.tts.scheduler import scheduler_for
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import torch
 
 from studio.tts import token2wav
 from studio.tts.token2wav import Token2WavStream
-from tests.tts.test_chunk_scheduler import make_stream
 from tests.tts.test_incremental_flow import modules, relative_error  # noqa: F401
+from tests.tts.test_scheduler import make_stream
 
 TOLERANCE = 1e-5  # float rounding: other kernels for another batch size, the inverse STFT by hand
 

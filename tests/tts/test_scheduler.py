@@ -12,13 +12,6 @@ import time
 import pytest
 import torch
 
-from studio.tts.chunk_scheduler import (
-    IDLE_CAPTURE_SECONDS,
-    ChunkCancelled,
-    ChunkScheduler,
-    close_scheduler,
-    scheduler_for,
-)
 from studio.tts.device import flow_turn
 from studio.tts.device.cuda_graphs import ShapeGraphs
 from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
@@ -26,6 +19,13 @@ from studio.tts.flow.cfm import NOISE_FRAMES
 from studio.tts.flow.streaming import incremental
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
+from studio.tts.scheduler import (
+    IDLE_CAPTURE_SECONDS,
+    ChunkCancelled,
+    ChunkScheduler,
+    close_scheduler,
+    scheduler_for,
+)
 from studio.tts.token2wav import Token2WavStream
 from tests.tts.concurrency import queue_while_paused
 from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens  # noqa: F401
@@ -245,7 +245,7 @@ def _take(cosyvoice, prompt_wav, **extra) -> list[dict]:
 
 
 def test_a_streamed_take_through_the_scheduler_equals_one_without(tiny_cosyvoice, prompt_wav16k, monkeypatch):
-    from studio.tts.chunk_scheduler import scheduler_stats
+    from studio.tts.scheduler import scheduler_stats
 
     flow = tiny_cosyvoice.model.flow
     monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "0")
@@ -265,7 +265,7 @@ def test_a_streamed_take_through_the_scheduler_equals_one_without(tiny_cosyvoice
 def test_cancelling_a_take_whose_chunk_waits_ends_it_without_an_error(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):
-    from studio.tts.chunk_scheduler import scheduler_for
+    from studio.tts.scheduler import scheduler_for
 
     monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
     scheduler = scheduler_for(tiny_cosyvoice.model.flow)
@@ -425,7 +425,7 @@ def test_a_first_chunk_does_not_wait_for_a_take_that_will_not_come_with_it(modul
 def test_no_gathering_beyond_the_most_first_chunks_a_tick_gathers(modules, scheduler, ticks, monkeypatch):  # noqa: F811
     """Three takes started together, at most two gathered: the first chunk that is there goes alone."""
     flow, hift = modules
-    monkeypatch.setattr("studio.tts.chunk_scheduler.GATHER_MAX_TAKES", 2)
+    monkeypatch.setattr("studio.tts.scheduler.gather.GATHER_MAX_TAKES", 2)
     scheduler.gather_window = 2.0
     streams = [make_stream(flow, hift, 25, seed, scheduled=True) for seed in (1, 2, 3)]
     assert not _first_chunks_of(streams, [0.0, 0.6, 0.6])
