@@ -17,7 +17,6 @@ No Qt, no torch: the GUI, the engine and the server all use it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -31,7 +30,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PR_SET_NAME = 15
 GRACE_S = (
     5.0  # how long an orphan's SIGTERM gets (vLLM's engine core unlinks its shared memory) before SIGKILL
 )
@@ -42,19 +40,23 @@ _forks_watched = False
 _forker: int | None = None  # the pid of the process forking now (set just before each fork)
 
 
-def _prctl(option: int, value: int | bytes) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def set_name(name: str) -> None:
-    """Name this process in ``ps -o comm`` and ``top`` (Linux; at most 15 bytes are kept)."""
-    _prctl(PR_SET_NAME, name.encode()[:15])
+    """Name this process ``name``: its command line (``ps aux``, ``ps -o args``, System Monitor) and its
+    short name (``ps -o comm``, ``top``; Linux keeps 15 bytes of it).
+
+    The name takes the place of the old command line only: the process's environment stays where it was,
+    readable in ``/proc/<pid>/environ`` (setproctitle's ``SPT_NOENV``, read when it first renames)."""
+    import setproctitle  # a small C extension, only for the processes that name themselves
+
+    had = os.environ.get("SPT_NOENV")
+    os.environ["SPT_NOENV"] = "1"
+    try:
+        setproctitle.setproctitle(name)
+    finally:
+        if had is None:
+            del os.environ["SPT_NOENV"]
+        else:
+            os.environ["SPT_NOENV"] = had
 
 
 def expected_parent() -> int:

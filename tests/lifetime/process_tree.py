@@ -42,7 +42,11 @@ def spawned(tag: str) -> int:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        count += b"spawn_main" in cmdline or cmdline.startswith(b"VLLM::")  # vLLM renames its processes
+        count += (
+            b"spawn_main" in cmdline
+            or cmdline.startswith(b"cosyvoice-studio engine")  # the studio names its engine process
+            or cmdline.startswith(b"VLLM::")  # vLLM renames its processes
+        )
     return count
 
 
