@@ -22,6 +22,12 @@ FAST_FIRST_HOP_TOKENS = 10
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 #: The longest voice prompt CosyVoice2 takes, in seconds: `synth`, `clean`, the studio and the server agree on it.
 MAX_PROMPT_SECONDS = 30.0
+#: The reference length that clones best, in seconds (upstream recommends a few seconds up to about ten; the
+#: quality check grades less than the lower bound of speech "short"), and the one sentence every hint uses.
+BEST_PROMPT_SECONDS = (5.0, 10.0)
+PROMPT_LENGTH_ADVICE = (
+    f"{BEST_PROMPT_SECONDS[0]:g}-{BEST_PROMPT_SECONDS[1]:g} s works best ({MAX_PROMPT_SECONDS:g} s at most)"
+)
 
 
 class Mode(StrEnum):
