@@ -25,10 +25,11 @@ from studio.audio.io import (
     peak,
     probe,
     rms,
+    sentence_start,
     to_dbfs,
     validate_samples,
 )
-from studio.request import MAX_PROMPT_SECONDS
+from studio.request import MAX_PROMPT_SECONDS, PROMPT_LENGTH_ADVICE
 
 PROMPT_RATE = vad.VAD_RATE
 #: The first seed's prompt level, and the model's prompt length limits.
@@ -171,9 +172,7 @@ def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
 def _apply_length_rules(x: np.ndarray, report: CleanReport, options: CleanOptions) -> np.ndarray:
     duration = len(x) / PROMPT_RATE
     if duration < options.min_s:
-        report.warnings.append(
-            f"The speech lasts only {duration:.1f} s; cloning works best with {options.min_s:.0f}-10 s of speech."
-        )
+        report.warnings.append(f"The speech lasts only {duration:.1f} s; {PROMPT_LENGTH_ADVICE}.")
     if duration <= options.max_s:
         report.add("length", f"{duration:.2f} s of speech: within {options.min_s:g}-{options.max_s:g} s",
                    duration_s=round(duration, 3))  # fmt: skip
@@ -208,9 +207,11 @@ def _apply_length_rules(x: np.ndarray, report: CleanReport, options: CleanOption
 
 
 def clean_prompt(
-    samples: np.ndarray, sample_rate: int, options: CleanOptions | None = None, *, name: str = "The recording"
+    samples: np.ndarray, sample_rate: int, options: CleanOptions | None = None, *, name: str = "the recording"
 ) -> CleanResult:
-    """Clean mono float samples into a prompt; raises SilentAudioError, NoSpeechError, InvalidSamplesError."""
+    """Clean mono float samples into a prompt; raises SilentAudioError, NoSpeechError, InvalidSamplesError.
+
+    ``name`` is what the messages call the recording: its file name, or a generic name ("the recording")."""
     options = options or CleanOptions()
     x = np.asarray(samples, dtype=np.float32)
     if x.ndim != 1:
@@ -220,7 +221,7 @@ def clean_prompt(
     sample_rate = int(sample_rate)
     if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
         raise UnsupportedAudioError(
-            f"{name} is sampled at {sample_rate} Hz; the studio cleans {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz audio."
+            f"{sentence_start(name)} is sampled at {sample_rate} Hz; the studio cleans {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz audio."
         )
     validate_samples(x, name=name)
     report = CleanReport(before=AudioStats.measure(x, sample_rate))
@@ -232,7 +233,7 @@ def clean_prompt(
     clipped, places = detect_clipping(x)
     if places:
         report.warnings.append(
-            f"{name} is clipped in {places} places (distorted peaks); the cloned voice will copy that "
+            f"{sentence_start(name)} is clipped in {places} places (distorted peaks); the cloned voice will copy that "
             "distortion. Record again with a lower input level if you can."
         )
     report.add("clipping", f"{places} clipped places, {clipped} samples" if places else "none found",
@@ -258,7 +259,9 @@ def clean_prompt(
 
     bounds = vad.speech_bounds(x, pad_s=options.edge_pad_s)
     if bounds is None:
-        raise NoSpeechError(f"No speech was found in {name}; record someone speaking (3-10 s is best).")
+        raise NoSpeechError(
+            f"No speech was found in {name}; record someone speaking ({PROMPT_LENGTH_ADVICE})."
+        )
     start_s, end_s = bounds
     total_s = len(x) / PROMPT_RATE
     x = x[int(round(start_s * PROMPT_RATE)) : int(round(end_s * PROMPT_RATE))]

@@ -203,20 +203,29 @@ def load_audio(
     return Audio(samples, info.sample_rate, info, offset_s=start / info.sample_rate, downmix=downmix)
 
 
-def validate_samples(samples: np.ndarray, *, name: str = "The audio", allow_silent: bool = False) -> None:
-    """Raise InvalidSamplesError for NaN/inf, EmptyAudioError for no samples, SilentAudioError for silence."""
+def sentence_start(name: str) -> str:
+    """``name`` as the first words of a sentence: a generic name ("the recording") capitalised, a file name
+    ("notes.wav") as it is written."""
+    return name[:1].upper() + name[1:] if name.startswith("the ") else name
+
+
+def validate_samples(samples: np.ndarray, *, name: str = "the audio", allow_silent: bool = False) -> None:
+    """Raise InvalidSamplesError for NaN/inf, EmptyAudioError for no samples, SilentAudioError for silence.
+
+    ``name`` is what the messages call the samples: a file name, or a generic name such as "the recording"."""
+    subject = sentence_start(name)
     if samples.size == 0:
-        raise EmptyAudioError(f"{name} holds no audio samples.")
+        raise EmptyAudioError(f"{subject} holds no audio samples.")
     finite = np.isfinite(samples)
     if not finite.all():
         bad = int(samples.size - np.count_nonzero(finite))
         raise InvalidSamplesError(
-            f"{name} contains {bad} invalid samples (NaN or infinity); the file is damaged or was written "
+            f"{subject} contains {bad} invalid samples (NaN or infinity); the file is damaged or was written "
             "by a faulty program."
         )
     if not allow_silent and peak(samples) < SILENCE_PEAK:
         raise SilentAudioError(
-            f"{name} is silent (peak {to_dbfs(peak(samples)):.0f} dBFS): check the microphone and record again."
+            f"{subject} is silent (peak {to_dbfs(peak(samples)):.0f} dBFS): check the microphone and record again."
         )
 
 

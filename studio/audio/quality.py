@@ -14,6 +14,7 @@ import numpy as np
 
 from studio.audio import vad
 from studio.audio.clean import detect_clipping, resample
+from studio.request import PROMPT_LENGTH_ADVICE
 
 GOOD, USABLE, POOR = "good", "usable", "poor"
 _RANK = {GOOD: 0, USABLE: 1, POOR: 2}
@@ -111,7 +112,11 @@ def assess_reference(samples: np.ndarray, sample_rate: int) -> QualityReport:
 
     grade = _grade(speech_s, *SPEECH_S, low_is_bad=True)
     if grade != GOOD:
-        problems.append(Problem("short", grade, f"{speech_s:.1f} s of speech", "record 5-15 s of speech"))
+        problems.append(
+            Problem(
+                "short", grade, f"{speech_s:.1f} s of speech", f"record more speech: {PROMPT_LENGTH_ADVICE}"
+            )
+        )
 
     energy = _energy_db(x16)
     mask = _speech_mask(segments, energy.size)
