@@ -70,7 +70,7 @@ def token_stamps(owner) -> None:
 
 
 def instrument(backend: str) -> None:
-    from studio.tts import cosyvoice2, token2wav
+    from studio.tts import cosyvoice2, pipeline, token2wav
     from studio.tts.flow.streaming import batched_encode, batched_solve, incremental, prompt_cache, solver
     from studio.tts.llm import model as lm_model
     from studio.tts.scheduler import chunk_scheduler, gpu_work
@@ -105,7 +105,7 @@ def instrument(backend: str) -> None:
     span(solver.EstimatorSolver, "_plan", "flow.solve.plan")
     span(solver.EstimatorSolver, "_arena_for", "flow.solve.arena")
     span(solver.EstimatorSolver, "_capture", "flow.solve.capture")
-    span(cosyvoice2.SpeechTokenProducer, "wait_for", "wait.tokens")
+    span(pipeline.SpeechTokenProducer, "wait_for", "wait.tokens")
     if backend == "vllm":
         from studio.tts.llm.vllm.backend import VllmTokenBackend
 
