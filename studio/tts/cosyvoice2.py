@@ -1,8 +1,7 @@
 """The public CosyVoice2 API: upstream-compatible ``inference_*`` generators plus `CosyVoice2.synthesize`.
 
-Each request owns its state (tokens, streaming offsets, HiFT cache, random generators), runs its LM on a
-thread of its own, re-raises that thread's errors promptly, and stops and joins it when the caller closes
-the generator or sets ``spec.cancel``. Saved voices live in the user's data folder, never in the
+The class loads the model, keeps the saved voices and turns a request into its prompt conditioning and
+sentences; `studio.tts.pipeline` runs the take. Saved voices live in the user's data folder, never in the
 (possibly read-only) model folder.
 """
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,13 +22,13 @@ from studio.atomic_files import atomic_path
 from studio.model_layout import SPK2INFO_FILE
 from studio.request import Mode
 from studio.tts.errors import BackendUnavailableError, SynthesisError
-from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.loader import load_model_folder_beside, load_spk2info
-from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
-from studio.tts.scheduler import ChunkCancelled, close_scheduler
-from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
+from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget
+from studio.tts.pipeline import run_take
+from studio.tts.scheduler import close_scheduler
+from studio.tts.synthesis import PromptConditioning, SynthesisSpec
 from studio.tts.take_gate import TakeGate
-from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
+from studio.tts.token2wav import warm_prompt_cache
 from studio.user_dirs import voices_dir
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
@@ -116,7 +114,7 @@ class CosyVoice2:
         """Take the loaded parts (on the loading thread, while vLLM may still start), then ``warm(self)``."""
         self.model, self.fp16 = parts, parts.fp16
         self.sample_rate, self.token_hop_len = parts.config.sample_rate, parts.config.chunk_size
-        self._llm_threads = 1 if parts.device.type == "cpu" else None
+        self.llm_threads = 1 if parts.device.type == "cpu" else None
         self.voices_file = voices_dir(self.model_dir) / SPK2INFO_FILE
         self.spk2info: dict[str, dict] = {**parts.spk2info, **load_spk2info(self.voices_file)}
         self._voices_lock = threading.Lock()
@@ -256,117 +254,7 @@ class CosyVoice2:
         spec.validate()
         prompt = self._prepare_prompt(spec)
         sentences = self._split(spec.text, spec.text_frontend)
-        return self._run(spec, prompt, sentences)
-
-    def _run(self, spec: SynthesisSpec, prompt: PromptConditioning, sentences: list[str]) -> Iterator[dict]:
-        seed = spec.seed if spec.seed is not None else secrets.randbits(31)
-        total_tokens = 0
-        for index, sentence in enumerate(sentences):
-            if spec.cancel is not None and spec.cancel.is_set():
-                return
-            chunks = self._sentence(spec, prompt, sentence, seed + index)
-            try:
-                for out in chunks:
-                    total_tokens += out.pop("_new_tokens")
-                    out["speech_tokens"] = total_tokens
-                    yield out
-            except torch.cuda.OutOfMemoryError as exc:  # this take fails; the engine and other takes go on
-                torch.cuda.empty_cache()
-                budget = f" (VRAM budget {self.vram_plan.budget / 2**30:.1f} GiB)" if self.vram_plan else ""
-                raise SynthesisError(
-                    f"the GPU ran out of memory during this take{budget}; it was stopped and the engine goes "
-                    "on: run fewer takes at once, shorter texts, or raise the VRAM budget"
-                ) from exc
-            finally:
-                chunks.close()  # joins the sentence's LM thread even when our caller stops early
-
-    def _sentence(
-        self, spec: SynthesisSpec, prompt: PromptConditioning, sentence: str, seed: int
-    ) -> Iterator[dict]:
-        llm = self.model.llm
-        text_ids = self._encode(sentence)
-        token_backend = spec.token_backend or self.backend
-        embeds = prompt_embeds_for(  # vLLM's on the host at once, never behind the flow's queued work
-            token_backend,
-            lambda: llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0],
-            llm.speech_embedding.weight.device,
-            key=(tuple(text_ids), tuple(prompt.prompt_text_ids), tuple(prompt.llm_speech_tokens)),
-        )
-        n_prompt = len(prompt.prompt_text_ids)
-        min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
-        ignore_stop = spec.exact_speech_tokens is not None
-        if ignore_stop:
-            min_len = max_len = int(spec.exact_speech_tokens)
-        cancel = LinkedEvent(spec.cancel)
-
-        def generate():
-            return token_backend.generate(
-                embeds,
-                min_len=min_len,
-                max_len=max_len,
-                sampling=llm.sampling,
-                seed=seed,
-                cancel=cancel,
-                ignore_stop=ignore_stop,
-            )
-
-        if self.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
-            # the reservation covers the longest the take can grow (its token bound), never an expected length
-            need = take_state_bytes(self.model, prompt.flow_feat.shape[1], max_len)
-            with self.take_gate.admitted(need, cancel) as admitted:
-                if admitted:
-                    yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
-            return
-        yield from self._sentence_audio(spec, prompt, generate, cancel, seed)
-
-    def _sentence_audio(
-        self, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
-    ) -> Iterator[dict]:
-        # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
-        producer = SpeechTokenProducer(generate, cancel, intra_op_threads=self._llm_threads).start()
-        stream, used = None, 0
-        try:
-            stream = Token2WavStream(
-                flow=self.model.flow,
-                hift=self.model.hift,
-                prompt_token=prompt.flow_token,
-                prompt_feat=prompt.flow_feat,
-                embedding=prompt.embedding,
-                streaming=spec.stream,
-                speed=float(spec.speed),
-                generator=torch.Generator(device=self.model.device).manual_seed(seed),
-                fp16=self.fp16,
-                token_hop_len=self.token_hop_len,
-                first_hop=spec.first_hop_tokens,
-                cancel=cancel,
-            )
-            while spec.stream:
-                available = producer.wait_for(stream.tokens_needed())
-                if cancel.is_set():
-                    return
-                if not stream.ready(available):
-                    break
-                tokens = producer.snapshot()
-                speech, times = stream.chunk(tokens)
-                new, used = stream.token_offset - used, stream.token_offset
-                yield self._chunk(speech, times, producer.take_llm_seconds(), new)
-            producer.wait_for(None)
-            if cancel.is_set():
-                return
-            tokens = producer.snapshot()
-            speech, times = stream.finish(tokens)
-            yield self._chunk(speech, times, producer.take_llm_seconds(), len(tokens) - used)
-        except ChunkCancelled:  # cancelled while its chunk waited for the flow: the take just ends
-            return
-        finally:
-            producer.close()
-            if stream is not None:
-                stream.close()
-
-    @staticmethod
-    def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:
-        timings = {"llm": llm_seconds, "flow": times.flow, "hift": times.hift}
-        return {"tts_speech": speech.float().cpu(), "_new_tokens": new_tokens, "timings": timings}
+        return run_take(self, spec, prompt, sentences)
 
     # -- request preparation ---------------------------------------------------------------------
     def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:

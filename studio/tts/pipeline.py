@@ -1,0 +1,142 @@
+"""A take's path through the runtime: per sentence, the LM's speech tokens on a thread of their own
+(`SpeechTokenProducer`) and the flow and HiFT turning them into audio (`Token2WavStream`), chunk by chunk
+when streamed.
+
+Each take owns its state (tokens, streaming offsets, HiFT cache, random generators), re-raises its LM
+thread's errors promptly, and stops and joins that thread when the caller closes the generator or sets
+``spec.cancel``. With a VRAM budget a take waits at the `TakeGate` until its states fit.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+from studio.tts.errors import SynthesisError
+from studio.tts.llm.backend import prompt_embeds_for
+from studio.tts.memory import take_state_bytes
+from studio.tts.scheduler import ChunkCancelled
+from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
+from studio.tts.token2wav import Token2WavStream
+
+if TYPE_CHECKING:
+    from studio.tts.cosyvoice2 import CosyVoice2
+
+
+def run_take(
+    voice: CosyVoice2, spec: SynthesisSpec, prompt: PromptConditioning, sentences: list[str]
+) -> Iterator[dict]:
+    """The take's chunks, sentence by sentence (one seed per sentence, speech tokens counted over all)."""
+    seed = spec.seed if spec.seed is not None else secrets.randbits(31)
+    total_tokens = 0
+    for index, sentence in enumerate(sentences):
+        if spec.cancel is not None and spec.cancel.is_set():
+            return
+        chunks = _sentence(voice, spec, prompt, sentence, seed + index)
+        try:
+            for out in chunks:
+                total_tokens += out.pop("_new_tokens")
+                out["speech_tokens"] = total_tokens
+                yield out
+        except torch.cuda.OutOfMemoryError as exc:  # this take fails; the engine and other takes go on
+            torch.cuda.empty_cache()
+            budget = f" (VRAM budget {voice.vram_plan.budget / 2**30:.1f} GiB)" if voice.vram_plan else ""
+            raise SynthesisError(
+                f"the GPU ran out of memory during this take{budget}; it was stopped and the engine goes "
+                "on: run fewer takes at once, shorter texts, or raise the VRAM budget"
+            ) from exc
+        finally:
+            chunks.close()  # joins the sentence's LM thread even when our caller stops early
+
+
+def _sentence(
+    voice: CosyVoice2, spec: SynthesisSpec, prompt: PromptConditioning, sentence: str, seed: int
+) -> Iterator[dict]:
+    llm = voice.model.llm
+    text_ids = list(voice.model.frontend.text.encode(sentence))  # split: never empty
+    token_backend = spec.token_backend or voice.backend
+    embeds = prompt_embeds_for(  # vLLM's on the host at once, never behind the flow's queued work
+        token_backend,
+        lambda: llm.build_prompt_embeds(text_ids, prompt.prompt_text_ids, prompt.llm_speech_tokens)[0],
+        llm.speech_embedding.weight.device,
+        key=(tuple(text_ids), tuple(prompt.prompt_text_ids), tuple(prompt.llm_speech_tokens)),
+    )
+    n_prompt = len(prompt.prompt_text_ids)
+    min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
+    ignore_stop = spec.exact_speech_tokens is not None
+    if ignore_stop:
+        min_len = max_len = int(spec.exact_speech_tokens)
+    cancel = LinkedEvent(spec.cancel)
+
+    def generate():
+        return token_backend.generate(
+            embeds,
+            min_len=min_len,
+            max_len=max_len,
+            sampling=llm.sampling,
+            seed=seed,
+            cancel=cancel,
+            ignore_stop=ignore_stop,
+        )
+
+    if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
+        # the reservation covers the longest the take can grow (its token bound), never an expected length
+        need = take_state_bytes(voice.model, prompt.flow_feat.shape[1], max_len)
+        with voice.take_gate.admitted(need, cancel) as admitted:
+            if admitted:
+                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
+        return
+    yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
+
+
+def _sentence_audio(
+    voice: CosyVoice2, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
+) -> Iterator[dict]:
+    # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
+    producer = SpeechTokenProducer(generate, cancel, intra_op_threads=voice.llm_threads).start()
+    stream, used = None, 0
+    try:
+        stream = Token2WavStream(
+            flow=voice.model.flow,
+            hift=voice.model.hift,
+            prompt_token=prompt.flow_token,
+            prompt_feat=prompt.flow_feat,
+            embedding=prompt.embedding,
+            streaming=spec.stream,
+            speed=float(spec.speed),
+            generator=torch.Generator(device=voice.model.device).manual_seed(seed),
+            fp16=voice.fp16,
+            token_hop_len=voice.token_hop_len,
+            first_hop=spec.first_hop_tokens,
+            cancel=cancel,
+        )
+        while spec.stream:
+            available = producer.wait_for(stream.tokens_needed())
+            if cancel.is_set():
+                return
+            if not stream.ready(available):
+                break
+            tokens = producer.snapshot()
+            speech, times = stream.chunk(tokens)
+            new, used = stream.token_offset - used, stream.token_offset
+            yield _chunk(speech, times, producer.take_llm_seconds(), new)
+        producer.wait_for(None)
+        if cancel.is_set():
+            return
+        tokens = producer.snapshot()
+        speech, times = stream.finish(tokens)
+        yield _chunk(speech, times, producer.take_llm_seconds(), len(tokens) - used)
+    except ChunkCancelled:  # cancelled while its chunk waited for the flow: the take just ends
+        return
+    finally:
+        producer.close()
+        if stream is not None:
+            stream.close()
+
+
+def _chunk(speech: torch.Tensor, times, llm_seconds: float, new_tokens: int) -> dict:
+    timings = {"llm": llm_seconds, "flow": times.flow, "hift": times.hift}
+    return {"tts_speech": speech.float().cpu(), "_new_tokens": new_tokens, "timings": timings}
