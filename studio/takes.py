@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from studio.atomic_files import atomic_write_bytes, ensure_folder, remove_leftover_parts, write_new_files
+from studio.tags import name_from_text
 
 SIDECAR_VERSION = 1
 TRASH_FOLDER = ".trash"  # the takes of the last discard, until the next one (undo)
@@ -133,10 +134,9 @@ class TakeStore:
             raise TakeError(f"sample rate must be positive, got {sample_rate}")
         created = time.time()
         take_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(created)) + "-" + secrets.token_hex(3)
-        first_words = " ".join(text.split()[:6])
         take = Take(
             id=take_id,
-            name=name or first_words or take_id,
+            name=name or name_from_text(text) or take_id,
             created=created,
             sample_rate=int(sample_rate),
             duration_s=len(samples) / float(sample_rate),

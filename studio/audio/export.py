@@ -21,6 +21,7 @@ import numpy as np
 from studio.atomic_files import disk_error, temp_prefix, umask_mode
 from studio.audio.errors import ExportError, OutputExistsError, UnsafeFileNameError
 from studio.audio.io import validate_samples
+from studio.tags import strip_tags
 
 TAKE_SAMPLE_RATE = 24000
 _WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL"} | {f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)}
@@ -129,10 +130,11 @@ def to_fixed_point(samples: np.ndarray, full_scale: int) -> tuple[np.ndarray, in
 def safe_filename(name: str, suffix: str) -> str:
     """Turn a user-given take name into one file name in one folder, ending in ``suffix``.
 
+    CosyVoice2's tags ([breath], <strong>...</strong>) are left out: they shape the speech, not the name.
     Path parts ``.`` and ``..`` are dropped and separators become ``_``, as do characters Windows forbids;
     leading dots and trailing dots or spaces are dropped; reserved device names (CON, NUL, COM1, ...) get a ``_`` prefix.
     """
-    name = unicodedata.normalize("NFC", str(name))
+    name = strip_tags(unicodedata.normalize("NFC", str(name)))
     if name.lower().endswith(suffix.lower()):
         name = name[: -len(suffix)]
     parts = [part for part in re.split(r"[/\\]", name) if part.strip(" .")]  # drops "", ".", ".." parts

@@ -17,6 +17,7 @@ from studio.gui.text_panel import TextRequest
 from studio.gui.voice_panel import Prompt
 from studio.recovery import KeptTake, store_or_keep
 from studio.request import Mode, RequestError
+from studio.tags import name_from_text
 from studio.takes import Take, TakeStore
 
 
@@ -186,7 +187,7 @@ class TakeController(QObject):
             seed=request.seed,
             settings=settings,
             stats=stats,
-            name=(prefix + " ".join(request.text.split()[:5])) if prefix else None,
+            name=(prefix + name_from_text(request.text, words=5)) if prefix else None,
         )
         if isinstance(outcome, KeptTake):
             self.kept.append(outcome)

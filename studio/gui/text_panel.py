@@ -26,24 +26,8 @@ from PySide6.QtWidgets import (
 
 from studio.gui.flow_layout import FlowLayout
 from studio.request import Mode
+from studio.tags import EVENT_TAGS, SPAN_TAGS, strip_tags
 
-#: Single-token fine-grained control tags of CosyVoice2 (inserted at the cursor).
-EVENT_TAGS = (
-    "[breath]",
-    "[laughter]",
-    "[cough]",
-    "[noise]",
-    "[sigh]",
-    "[quick_breath]",
-    "[clucking]",
-    "[accent]",
-    "[hissing]",
-    "[vocalized-noise]",
-    "[lipsmack]",
-    "[mn]",
-)
-#: Paired tags wrap the selection (or insert an empty pair with the cursor inside).
-SPAN_TAGS = (("<strong>", "</strong>"), ("<laughter>", "</laughter>"))
 MAX_SEED = 2**31 - 1
 
 
@@ -51,13 +35,12 @@ MAX_SEED = 2**31 - 1
 #: second (Chinese, Japanese, Korean, which are written without spaces)
 WORDS_PER_SECOND = 2.6
 CJK_CHARS_PER_SECOND = 4.5
-_TAG = re.compile(r"\[[a-z_-]+\]|</?[a-z]+>|<\|[^|]*\|>")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 
 def estimated_seconds(text: str) -> float:
     """About how long the text takes to say (tags are not spoken)."""
-    plain = _TAG.sub(" ", text)
+    plain = strip_tags(text)
     cjk = len(_CJK.findall(plain))
     words = len(_CJK.sub(" ", plain).split())
     return words / WORDS_PER_SECOND + cjk / CJK_CHARS_PER_SECOND

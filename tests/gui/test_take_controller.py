@@ -162,3 +162,37 @@ def test_a_crash_mid_take_keeps_what_arrived(controller, qtbot):
     with qtbot.waitSignal(takes.sig_finished) as finished:
         bridge.sig_state_changed.emit(State(EngineState.CRASHED, "killed"))
     assert finished.args[1] is not None and [t.id for t in takes.store.list()] == [finished.args[1].id]
+
+
+TAGGED = "<strong>Hello</strong> there [breath] my good friend, [laughter] how are you"
+
+
+@pytest.mark.parametrize(
+    ("cancelled", "name"),
+    [(False, "Hello there my good friend, how"), (True, "(stopped) Hello there my good friend,")],
+)
+def test_tags_stay_in_a_takes_text_but_leave_its_name_and_file_name(
+    controller, qtbot, tmp_path, cancelled, name
+):
+    takes, bridge = controller
+    text = TextRequest(text=TAGGED, mode=Mode.CROSS_LINGUAL, instruct="", speed=1.0, seed=3, stream=True)
+    assert takes.start(text, PROMPT)
+    request_id = bridge.sent[0].request_id
+    bridge.sig_chunk.emit(AudioChunk(request_id, 0, np.full(800, 0.1, np.float32), 24000))
+    stats = TakeStats(0.1, 0.2, 0.1, 2.0, 10, 1, cancelled=cancelled)
+    with qtbot.waitSignal(takes.sig_finished) as finished:
+        bridge.sig_take_finished.emit(TakeFinished(request_id, stats))
+    take = finished.args[1]
+    assert take.text == TAGGED  # the model is given the tags; they are part of how the take was made
+    assert take.name == name
+    (exported,) = takes.store.export([take.id], tmp_path)
+    assert exported.path.name == name + ".wav"
+
+
+def test_a_take_named_with_tags_before_exports_under_a_plain_file_name(tmp_path):
+    from studio.audio.export import safe_filename
+
+    assert safe_filename("<strong>Loud</strong> news [laughter]", ".wav") == "Loud news.wav"
+    assert safe_filename("Hi[breath]there <|endofprompt|>", ".flac") == "Hi there.flac"
+    assert safe_filename("[breath] <strong></strong>", ".wav") == "take.wav"
+    assert safe_filename("[Chapter 1] intro", ".wav") == "[Chapter 1] intro.wav"  # not a tag: kept
