@@ -13,6 +13,7 @@ from studio.atomic_files import DiskError, ensure_folder
 from studio.audio.errors import AudioError
 from studio.audio.export import ExportFormat, write_audio
 from studio.recovery import KeptTake
+from studio.tags import name_from_text
 
 log = logging.getLogger("studio.gui")
 
@@ -69,7 +70,7 @@ class KeptTakeNotice(QMessageBox):
 
 
 def kept_name(kept: KeptTake) -> str:
-    return str(kept.meta.get("name") or " ".join(str(kept.meta.get("text", "")).split()[:6]) or "take")
+    return str(kept.meta.get("name") or name_from_text(str(kept.meta.get("text", ""))) or "take")
 
 
 def folder_problems(store, library_folder: Path) -> list[str]:

@@ -196,3 +196,11 @@ def test_a_take_named_with_tags_before_exports_under_a_plain_file_name(tmp_path)
     assert safe_filename("Hi[breath]there <|endofprompt|>", ".flac") == "Hi there.flac"
     assert safe_filename("[breath] <strong></strong>", ".wav") == "take.wav"
     assert safe_filename("[Chapter 1] intro", ".wav") == "[Chapter 1] intro.wav"  # not a tag: kept
+
+
+def test_a_take_kept_in_memory_is_named_without_its_tags():
+    from studio.gui.disk_notices import kept_name
+    from studio.recovery import KeptTake
+
+    kept = KeptTake(np.zeros(10, np.float32), 24000, {"text": TAGGED, "name": None}, "the disk is full")
+    assert kept_name(kept) == "Hello there my good friend, how"
