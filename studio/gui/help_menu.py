@@ -14,6 +14,7 @@ from studio.settings import data_dir
 #: what the keyboard does
 SHORTCUTS = (
     ("Ctrl+Enter", "generate a take"),
+    ("Space", "play or pause the preview (on a focused button: press it; in a text box: a space)"),
     ("Esc", "stop the take, or stop playback"),
     ("Ctrl+O", "import a voice recording"),
     ("Ctrl+E", "export the selected takes"),

@@ -45,6 +45,7 @@ class Playback(QObject):
         preview.sig_stop_playback.connect(self.transport.stop)
         voice.sig_play.connect(self.transport.play)
         self.space = QShortcut(QKeySequence(Qt.Key.Key_Space), window)
+        self.space.setAutoRepeat(False)  # a held Space toggles once, not on every repeat
         self.space.activated.connect(self.on_space)
 
     @property
@@ -80,10 +81,13 @@ class Playback(QObject):
             self.transport.play(self.preview_clip)
 
     def on_space(self) -> None:
-        """Space plays/pauses, except on a focused button or list box, which Space activates."""
+        """Space plays/pauses, except on a focused button or list box, which Space activates.
+
+        The shortcut takes the key press from a focused button, so it clicks the button here, at once: an
+        animated click would leave the button down and the key's release would click it a second time."""
         focus = QApplication.focusWidget()
         if isinstance(focus, QAbstractButton):
-            focus.animateClick()
+            focus.click()
         elif isinstance(focus, QComboBox):
             focus.showPopup()
         else:

@@ -5,7 +5,7 @@ and the denoise toggle with its pending indicator."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.gui.waveform import WaveformView
@@ -97,7 +97,17 @@ class PreviewPanel(QWidget):
         self.play_button.setText("❚❚ Pause" if state == "playing" else "▶ Play")
         if state != "stopped":
             self.play_button.setEnabled(True)
+        if state == "stopped" and self.stop_playback_button.hasFocus():
+            self._hand_focus_to_play()
         self.stop_playback_button.setEnabled(state != "stopped")
+
+    def _hand_focus_to_play(self) -> None:
+        """Stop is disabled once playback stops; its focus goes to Play, never on to the next field in the
+        Tab order (the takes search box, where Space would type)."""
+        if self.play_button.isEnabled():
+            self.play_button.setFocus(Qt.FocusReason.OtherFocusReason)
+        else:
+            self.stop_playback_button.clearFocus()  # Space then reaches the window's play/pause shortcut
 
     def set_position(self, seconds: float, duration: float) -> None:
         if duration:
