@@ -90,6 +90,8 @@ class Settings:
     # exported takes and scripts: the rate (0: the model's) and the loudness (0: as made, else LUFS)
     export_sample_rate: int = 0
     export_loudness_lufs: float = 0.0
+    # the folder every export dialog starts in: the one exported to last ("": the home folder)
+    last_export_folder: str = ""
     # automatic transcripts: a Whisper folder or hub id (downloaded once); "" turns them off
     asr_model: str = DEFAULT_ASR_MODEL
     # free-form per-panel state other parts may keep here (JSON-serialisable values only)

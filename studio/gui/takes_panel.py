@@ -30,8 +30,9 @@ from PySide6.QtWidgets import (
 
 from studio.atomic_files import DiskError
 from studio.audio.errors import AudioError
-from studio.gui.desktop import show_in_file_manager
+from studio.gui.desktop import reveal
 from studio.gui.elided_label import ElidedLabel
+from studio.gui.export_folder import ExportFolder
 from studio.gui.take_details import TakeDetails, first_audio_latency
 from studio.takes import Take, TakeError, TakeStore
 
@@ -73,7 +74,7 @@ class TakesPanel(QWidget):
         self.mastering: tuple[int, float | None] = (0, None)  # exports' (rate, loudness): from the settings
         self._pending: set[str] = set()
         self._exported_file: Path | None = None  # the last export, for "Show in folder"
-        self.last_export_folder = str(Path.home())
+        self.export_folder = ExportFolder(parent=self)  # the window shares its own (kept in the settings)
 
         title = QLabel("Takes")
         title.setObjectName("PanelTitle")
@@ -95,7 +96,7 @@ class TakesPanel(QWidget):
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(lambda _text: self.refresh())
         self.details = TakeDetails()
-        self.details.sig_show_file.connect(lambda take: show_in_file_manager(self.store.wav_path(take.id)))
+        self.details.sig_show_file.connect(lambda take: reveal(self.store.wav_path(take.id), self))
         QShortcut(QKeySequence.StandardKey.Delete, self.tree, self.delete_selected,
                   context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
         QShortcut(QKeySequence.StandardKey.Undo, self, self.undo_delete,
@@ -155,7 +156,7 @@ class TakesPanel(QWidget):
         self.export_note.setWordWrap(True)
         self.show_export_button = QPushButton("Show in folder")
         self.show_export_button.clicked.connect(
-            lambda: self._exported_file and show_in_file_manager(self._exported_file)
+            lambda: self._exported_file and reveal(self._exported_file, self)
         )
         close = QPushButton("✕")
         close.setToolTip("Hide this note")
@@ -295,7 +296,7 @@ class TakesPanel(QWidget):
             if len(ids) == 1:
                 path = self._ask_file_name(ids[0], fmt)
             else:
-                folder = QFileDialog.getExistingDirectory(self, "Export takes to", self.last_export_folder)
+                folder = QFileDialog.getExistingDirectory(self, "Export takes to", self.export_folder.start)
             if not (folder or path):
                 return []
         rate, loudness = self.mastering
@@ -314,7 +315,7 @@ class TakesPanel(QWidget):
             return []
         written = [result.path for result in results]
         warnings = [w for result in results for w in result.warnings]
-        self.last_export_folder = str(written[0].parent)
+        self.export_folder.remember(written[0].parent)
         self.sig_exported.emit(written)
         where = written[0] if len(written) == 1 else written[0].parent
         text = f"Exported {len(written)} file(s) to {where}" + (f" — {warnings[0]}" if warnings else "")
@@ -326,7 +327,7 @@ class TakesPanel(QWidget):
         from studio.audio.export import ExportFormat, safe_filename
 
         suffix = ExportFormat.parse(fmt).suffix
-        suggested = Path(self.last_export_folder) / safe_filename(self.store.get(take_id).name, suffix)
+        suggested = Path(self.export_folder.start) / safe_filename(self.store.get(take_id).name, suffix)
         chosen, _ = QFileDialog.getSaveFileName(
             self, "Export take as", str(suggested), f"{self.export_format.currentText()} (*{suffix})"
         )
