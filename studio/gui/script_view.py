@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from studio.audio.export import safe_filename
 from studio.engine.protocol import EngineState
 from studio.gui.elided_label import ElidedLabel
+from studio.gui.export_folder import ExportFolder
 from studio.gui.flow_layout import FlowLayout
 from studio.gui.script_controller import ScriptController
 from studio.gui.script_export import ScriptExportBar
@@ -58,6 +59,7 @@ class ScriptView(QWidget):
         self.library, self.jobs, self.projects = library, jobs, projects
         self.folder: Path | None = None
         self.transport = None  # set by the window once its playback exists
+        self.export_folder = ExportFolder(parent=self)  # the window shares its own (kept in the settings)
         self.engine_ready = False
         self.exporting = False
         self.controller = ScriptController(bridge, library, self)
@@ -386,9 +388,10 @@ class ScriptView(QWidget):
     def export(self, folder: str | None = None) -> None:
         """Into ``folder``/NAME (asked when not given), in the background; says where when done."""
         if folder is None:
-            folder = QFileDialog.getExistingDirectory(self, "Export the script to", str(Path.home()))
+            folder = QFileDialog.getExistingDirectory(self, "Export the script to", self.export_folder.start)
             if not folder:
                 return
+        self.export_folder.remember(folder)
         target = Path(folder) / self.folder.name
         records, settings = list(self.controller.records), self.export_bar.render_settings()
         self.exporting = True  # no edits meanwhile: an edit may move the files the export reads
