@@ -21,6 +21,7 @@ from studio.gui.disk_notices import KeptTakeNotice, folder_problems
 from studio.gui.engine_location import engine_client, is_remote, move_engine
 from studio.gui.engine_location import gpu_query as remote_gpu_query
 from studio.gui.engine_status import EngineStatus
+from studio.gui.export_folder import ExportFolder
 from studio.gui.first_run import FirstRunPanel, missing_model_files
 from studio.gui.gpu_panel import GpuPanel
 from studio.gui.jobs import BackgroundJobs
@@ -92,6 +93,11 @@ class MainWindow(QMainWindow):
         self.playback = Playback(self)
         self.player = self.playback.player
         self.script_view.transport = self.playback.transport
+        self.export_folder = ExportFolder(settings.last_export_folder, self)  # one for every export dialog
+        self.takes_panel.export_folder = self.script_view.export_folder = self.export_folder
+        self.export_folder.sig_changed.connect(
+            lambda folder: self.update_settings(dataclasses.replace(self.settings, last_export_folder=folder))
+        )
         loudness = settings.export_loudness  # scripts export like takes until the session says otherwise
         self.script_view.export_bar.apply_options({"rate": settings.export_sample_rate, "loudness_on": bool(loudness),
                                                    **({"loudness": loudness} if loudness else {})})  # fmt: skip
@@ -289,9 +295,11 @@ class MainWindow(QMainWindow):
         self.session.apply({"text": take.text})
         self.text_panel.editor.setFocus()
 
-    def regenerate(self, take) -> None:
-        """A new take with a stored take's text, voice, mode, instruction, speed and seed."""
-        if not self.session.apply(take_state(take)):
+    def regenerate(self, take, same_seed: bool = False) -> None:
+        """A new take with a stored take's text, voice, mode, instruction and speed: a new random seed
+        makes a new variation, ``same_seed`` the same take again."""
+        state = take_state(take) if same_seed else {**take_state(take), "random_seed": True}
+        if not self.session.apply(state):
             self.show_message(f"The voice “{take.voice}” is no longer saved: the take uses the current voice")
         elif not take.settings.get("voice_id"):
             self.show_message("That take's voice was an unsaved recording: the take uses the current voice")
