@@ -8,7 +8,8 @@ import html
 import time
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QMenu, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
 from studio.request import Mode, RequestError
 from studio.takes import Take
@@ -60,8 +61,9 @@ def describe_take(take: Take) -> list[tuple[str, str]]:
 class TakeDetails(QWidget):
     """Shows one take (``show_take``); its buttons act on that take."""
 
-    sig_regenerate = Signal(object)
-    """Make a new take with this Take's text, voice and settings."""
+    sig_regenerate = Signal(object, bool)
+    """Make a new take with this Take's text, voice and settings: (Take, keep its seed) - a new variation
+    draws a new seed, keeping the seed makes the same take again."""
     sig_use_text = Signal(object)
     """Put this Take's text in the text box."""
     sig_show_file = Signal(object)
@@ -77,9 +79,19 @@ class TakeDetails(QWidget):
         self.summary.setOpenLinks(False)
         self.regenerate_button = QPushButton("Regenerate")
         self.regenerate_button.setToolTip(
-            "A new take with this take's text, voice, mode, instruction, speed and seed"
+            "A new variation: this take's text, voice, mode, instruction and speed with a new random seed"
         )
-        self.regenerate_button.clicked.connect(lambda: self.take and self.sig_regenerate.emit(self.take))
+        self.regenerate_button.clicked.connect(lambda: self._regenerate(same_seed=False))
+        self.same_seed_action = QAction("Regenerate with the same seed", self)
+        self.same_seed_action.triggered.connect(lambda: self._regenerate(same_seed=True))
+        self.new_seed_action = QAction("Regenerate with a new seed", self)
+        self.new_seed_action.triggered.connect(lambda: self._regenerate(same_seed=False))
+        regenerate_menu = QMenu(self)
+        regenerate_menu.addAction(self.new_seed_action)
+        regenerate_menu.addAction(self.same_seed_action)
+        self.regenerate_menu_button = QPushButton()
+        self.regenerate_menu_button.setToolTip("Regenerate with the same seed (the same take again)")
+        self.regenerate_menu_button.setMenu(regenerate_menu)
         self.use_text_button = QPushButton("Use this text")
         self.use_text_button.setToolTip("Put this take's text in the text box")
         self.use_text_button.clicked.connect(lambda: self.take and self.sig_use_text.emit(self.take))
@@ -87,7 +99,12 @@ class TakeDetails(QWidget):
         self.show_file_button.setToolTip("Open the folder that holds this take's WAV")
         self.show_file_button.clicked.connect(lambda: self.take and self.sig_show_file.emit(self.take))
         buttons = QHBoxLayout()
-        for button in (self.regenerate_button, self.use_text_button, self.show_file_button):
+        regenerate = QHBoxLayout()  # the button and its menu side by side, as one control
+        regenerate.setSpacing(0)
+        regenerate.addWidget(self.regenerate_button)
+        regenerate.addWidget(self.regenerate_menu_button)
+        buttons.addLayout(regenerate)
+        for button in (self.use_text_button, self.show_file_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -95,10 +112,22 @@ class TakeDetails(QWidget):
         layout.addLayout(buttons)
         self.show_take(None)
 
+    def _regenerate(self, same_seed: bool) -> None:
+        if self.take is not None:
+            self.sig_regenerate.emit(self.take, same_seed)
+
     def show_take(self, take: Take | None) -> None:
         self.take = take
-        for button in (self.regenerate_button, self.use_text_button, self.show_file_button):
+        buttons = (
+            self.regenerate_button,
+            self.regenerate_menu_button,
+            self.use_text_button,
+            self.show_file_button,
+        )
+        for button in buttons:
             button.setEnabled(take is not None)
+        seed = "" if take is None or take.seed is None else f" ({take.seed})"
+        self.same_seed_action.setText(f"Regenerate with the same seed{seed}")
         if take is None:
             self.summary.setHtml("<p style='color:#8b9bab'>Select a take to see how it was made.</p>")
             return

@@ -65,13 +65,41 @@ def test_regenerate_puts_back_text_voice_mode_instruction_speed_and_seed_and_sta
     window.text_panel.set_engine_ready(True)
     started = []
     monkeypatch.setattr(window.takes, "start", lambda request, prompt: started.append((request, prompt)))
-    window.takes_panel.details.regenerate_button.click()
-    ((request, prompt),) = started
-    assert (request.text, request.mode, request.instruct, request.speed, request.seed) == (
-        "Regenerate me.", Mode.INSTRUCT, "whisper", 0.8, 1234
-    )  # fmt: skip
-    assert prompt.voice_id == slug and window.voice_panel.saved.currentData() == slug
+    details = window.takes_panel.details
+    assert "Seed" in details.summary.toPlainText() and "1234" in details.summary.toPlainText()
+    details.regenerate_button.click()  # a new variation: a new seed
+    details.same_seed_action.trigger()  # the same take again
+    (new_variation, new_prompt), (same_again, same_prompt) = started
+    for request in (new_variation, same_again):
+        assert (request.text, request.mode, request.instruct, request.speed) == (
+            "Regenerate me.",
+            Mode.INSTRUCT,
+            "whisper",
+            0.8,
+        )
+    assert new_variation.seed != 1234 and same_again.seed == 1234
+    assert (
+        new_prompt.voice_id == same_prompt.voice_id == slug and window.voice_panel.saved.currentData() == slug
+    )
+    assert "1234" in details.same_seed_action.text()  # the menu says which seed it keeps
+    assert details.same_seed_action in details.regenerate_menu_button.menu().actions()
     assert take.id  # the take itself is untouched
+
+
+def test_show_file_without_a_file_manager_names_the_path_and_copies_it(window, qtbot, monkeypatch):
+    from PySide6.QtGui import QGuiApplication
+
+    from studio.gui import desktop
+
+    take = _take(window, "where am I")
+    monkeypatch.setattr(desktop.QDesktopServices, "openUrl", lambda url: False)
+    window.takes_panel.details.show_file_button.click()
+    wav = str(window.store.wav_path(take.id))
+    (box,) = [b for b in window.takes_panel.findChildren(QMessageBox) if b.isVisible()]
+    assert wav in box.text()
+    (copy,) = [b for b in box.buttons() if b.text() == "Copy path"]
+    copy.click()
+    assert QGuiApplication.clipboard().text() == wav
 
 
 def test_use_this_text_sets_only_the_text(window):
