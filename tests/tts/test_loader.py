@@ -190,7 +190,7 @@ def test_a_failure_beside_the_loading_waits_for_it_and_is_raised(tiny_model_dir)
 def _record_loads(monkeypatch) -> list[float]:
     import time
 
-    from studio.tts import loader
+    from studio.tts.loader import beside as loader
 
     calls: list[float] = []
     real = loader.load_llm

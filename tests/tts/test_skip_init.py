@@ -6,11 +6,10 @@ import threading
 
 import torch
 
+from studio.model_layout import FLOW_FILE, HIFT_FILE
 from studio.tts.config import ModelConfig
 from studio.tts.device.skip_init import no_random_init
 from studio.tts.loader import (
-    FLOW_FILE,
-    HIFT_FILE,
     load_flow,
     load_hift,
     load_strict,
