@@ -25,7 +25,7 @@ from studio.tts.memory import STATE_STEPS, take_state_bytes
 
 GIB = 2**30
 TAKES_SHARE_24 = (
-    9463589606  # the 24 GiB plan's take share (2026-12-04_nvidia-h200_stop22-vram-budget-24.json)
+    9463589606  # the 24 GiB plan's take share (results/2026-12-04/nvidia-h200_stop22-vram-budget-24.json)
 )
 
 

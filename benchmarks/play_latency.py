@@ -3,7 +3,7 @@ the preview's Play and the reference's ▶ Original; the studio's real widgets a
 PulseAudio server whose sink is a FIFO timed by the system clock (so a sample comes out when a sound card
 would play it), read here and timestamped at its first non-silent block.
 
-    .venv/bin/python benchmarks/play_latency.py --trials 10 --json benchmarks/DATE_cpu_play-latency.json
+    .venv/bin/python benchmarks/play_latency.py --trials 10 --json benchmarks/results/DATE/cpu_play-latency.json
 
 Needs ``pulseaudio`` (scripts/system-packages installs it). A null sink would not do: it has a fixed 2 s
 latency, which is what a first try measured as "1.5 s from Play to sound".

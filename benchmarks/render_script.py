@@ -3,7 +3,7 @@ total wall time (model load included, as a user waits), render time, lines per m
 ``--resume`` run after one line changed. The command runs in a child process, exactly as a user runs it.
 
     .venv/bin/python benchmarks/render_script.py --lines 50 --concurrency 1,4 \\
-        --json benchmarks/2026-12-01_cpu_render-50-lines-tiny.json
+        --json benchmarks/results/DATE/cpu_render-50-lines-tiny.json
 """
 
 from __future__ import annotations

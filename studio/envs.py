@@ -4,7 +4,7 @@ Modules never call ``os.environ`` for these themselves: they ask the variable he
 enabled()``, ``PROMPT_CACHE_MB.number()``, ...), so a bad value fails with the same clear message wherever
 it is read. Defaults that depend on the device (cache sizes) are the caller's: ``number()`` returns None
 when the variable is unset. No Qt, no torch: the GUI, the engine and the runtime all read it.
-The README's speed table lists exactly the variables marked ``speed`` (a test checks it).
+docs/PERFORMANCE.md's switch table lists exactly the variables marked ``speed`` (a test checks it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class EnvVar:
     name: str
     default: str
     meaning: str
-    speed: bool = False  # a speed switch (README, "Speed")
+    speed: bool = False  # a speed switch (docs/PERFORMANCE.md, "Switches")
     setup_only: bool = False  # read by the set-up scripts (bash), not by Python
 
     def raw(self) -> str | None:
@@ -200,7 +200,7 @@ ALL: tuple[EnvVar, ...] = tuple(_ALL)
 
 
 def speed_table() -> str:
-    """The README's table of speed switches (Markdown), generated from the variables marked ``speed``."""
+    """docs/PERFORMANCE.md's table of speed switches (Markdown), generated from the variables marked ``speed``."""
     rows = ["| what | variable | default |", "| --- | --- | --- |"]
     rows += [f"| {var.meaning} | `{var.name}` | {var.default} |" for var in ALL if var.speed]
     return "\n".join(rows)

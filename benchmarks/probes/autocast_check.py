@@ -6,7 +6,7 @@ and every linear after it casts its input back. On a launch-bound GPU every cast
 This times the same chunks both ways on the full-size model: one take's first chunk (encoder + graphed Euler
 solve), 16 takes at once, the kernels of one first chunk, and the difference between the two outputs.
 
-Usage: python scripts/gpu/autocast_check.py --model /tmp/full [--json out.json]
+Usage: python benchmarks/probes/autocast_check.py --model /tmp/full [--json out.json]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ output laid out [rows, frames, channels]. This times one take's first chunk and 
 the full-size fp16 model (the cuDNN way restored here for the comparison), counts the kernels, and gives the
 distance between the two and to float32 weights.
 
-Usage: python scripts/gpu/conv_gemm_check.py --model /tmp/full [--json out.json]
+Usage: python benchmarks/probes/conv_gemm_check.py --model /tmp/full [--json out.json]
 """
 
 from __future__ import annotations

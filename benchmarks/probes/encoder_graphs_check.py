@@ -4,7 +4,7 @@ For 1, 4, 16 and 32 takes' first chunks (a 3 s prompt of 75 tokens plus 28 token
 (prefixes of 150-300 tokens): (1) graphed batches equal eager ones (padded rows and width, relative
 difference); (2) the wall time of one `encode_prefixes` call and the host's part of it, eager against graphed.
 
-Usage: python scripts/gpu/encoder_graphs_check.py --model /tmp/full [--json out.json]
+Usage: python benchmarks/probes/encoder_graphs_check.py --model /tmp/full [--json out.json]
 """
 
 from __future__ import annotations

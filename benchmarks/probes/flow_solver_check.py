@@ -5,7 +5,7 @@ For float32 and float16 weights: (1) streams rendered through the CUDA-graph sol
 render concurrently (they batch), graphs against eager, after a warm-up round. Prompts are 3 s (75 tokens),
 taken from a warmed prompt cache as in the studio; each take renders 4 chunks of 25 tokens plus its end.
 
-Usage: python scripts/gpu/flow_solver_check.py --model /tmp/full [--json out.json]
+Usage: python benchmarks/probes/flow_solver_check.py --model /tmp/full [--json out.json]
 """
 
 from __future__ import annotations

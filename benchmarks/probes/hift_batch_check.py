@@ -4,7 +4,7 @@ For 1, 4, 16 and 32 takes, first chunks (~56 mel frames) and steady chunks (~100
 (1) each take's batched speech equals its chunk vocoded alone (relative difference); (2) the wall time of
 one tick's HiFT, chunk by chunk against batched, both replayed from CUDA graphs once warm.
 
-Usage: python scripts/gpu/hift_batch_check.py --model /tmp/full [--json out.json]
+Usage: python benchmarks/probes/hift_batch_check.py --model /tmp/full [--json out.json]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ that differs far beyond either.
 
 Each timed run reports the flow's graph captures it made (a bucket shape first seen there costs a capture).
 
-Usage: python scripts/gpu/scheduler_check.py --model /tmp/full [--device cpu] [--warmup N] [--json out.json]
+Usage: python benchmarks/probes/scheduler_check.py --model /tmp/full [--device cpu] [--warmup N] [--json out.json]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Queues ~1 s of GPU work (torch.cuda._sleep) on this thread's current stream, then times each operation on
 a stream of its own: a host wait longer than a few ms means it waited for the queued work.
-Usage: python scripts/gpu/side_stream_check.py
+Usage: python benchmarks/probes/side_stream_check.py
 """
 
 from __future__ import annotations

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# The studio's runs on the lent H200 (device tool), one step per call, on one warm machine.
+# The studio's GPU runs on the lent H200 (device tool): `bash scripts/gpu/run.sh STEP...`, on one warm machine.
 # Before the first step: scripts/gpu/stage.sh here, then five calls with carry [".gpu/dK"] and command
 # `mkdir -p /root/vl && cp .gpu/dK/q* /root/vl/` (K = 1..5), back to back.
 # Steps (carry [".gpu/c5", ".whl"] on every call; OUT is the device tool's output folder):
 #   install      vLLM 0.22.0 and the studio's missing wheels, the full-size random model in /tmp/full
+#   gputests     the tests that need CUDA (captures, host copies, the flow's turn, RAS graphs) and tests/vllm
+#   checks       CUDA graphs against eager (flow solver, flow encoder, HiFT batches) and the chunk scheduler's
+#                audio against the takes' own threads (benchmarks/probes/*_check.py)
 #   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
 #   quick        bench --workload sentences at 1 and 16 streams, 32 takes (does the bench run here)
-#   tokens100    today's bench --tokens 100 levels (1, 4, 16, 32, 64), for comparison with earlier stops
-# Steps can be chained: `bash scripts/gpu/run.sh install workload`. A step that is not finished in time
-# leaves its log in OUT.
+#   tokens100    bench --tokens 100 (4 s rounds) at 1, 4, 16, 32, 64 streams: comparable with docs/perf-history.md
+#   tokens100-24 the same at 16 and 32 streams on a 24 GiB budget
+#   starts       a cold and a warm engine start, one process each (scripts/gpu/start_profile.py)
+#   trace        one 16-take round traced take by take (scripts/gpu/trace_take.py; a Chrome trace and a table)
+#   llm          the LM alone on vLLM, greedy and RAS, 1 and 16 streams (scripts/gpu/vllm_llm_bench.py)
+# Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
+# leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: run.sh STEP... (install, quick, workload, long, http, http24, tokens100)" >&2; exit 2; }
+steps="install gputests checks quick workload long http http24 tokens100 tokens100-24 starts trace llm"
+[ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
-day=$(date -u +%Y-%m-%d)
 mkdir -p "$out"
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 \
   STUDIO_CACHE_DIR=/tmp/studio-cache STUDIO_DATA_DIR=/tmp/studio-data STUDIO_CONFIG_DIR=/tmp/studio-config
@@ -37,7 +44,7 @@ workload_bench() {  # $1: name, $2: seconds allowed, rest: bench flags
   local name=$1 limit=$2
   shift 2
   timeout "$limit" python3 -m studio bench --model /tmp/full "${engine[@]}" "$@" \
-    --json "$out/$day-nvidia-h200-workload-$name.json" >"$out/workload-$name.log" 2>&1
+    --json "$out/h200_workload-$name.json" >"$out/workload-$name.log" 2>&1
   echo "== $name: rc $?"
   grep -vE "^(INFO|WARNING|DEBUG)|^\(" "$out/workload-$name.log" | grep -E "^(vllm|pytorch) |rror|Traceback" | cut -c1-400
 }
@@ -79,7 +86,7 @@ serve_level() {  # $1: name, $2: seconds allowed, $3: clients, rest: serve flags
     sleep 1
   done
   timeout "$limit" python3 benchmarks/load_http.py --url http://127.0.0.1:8080 --voice v0,v1,v2,v3 \
-    --workload sentences --clients "$clients" --json "$out/$day-nvidia-h200-http-$name.json" \
+    --workload sentences --clients "$clients" --json "$out/h200_http-$name.json" \
     >"$out/http-$name.log" 2>&1
   echo "== $name: rc $?"
   tail -5 "$out/http-$name.log" | cut -c1-400
@@ -99,16 +106,69 @@ http24() {
   serve_level sentences-c16-budget24 200 16 --vram-budget 24
 }
 
+levels_bench() {  # $1: name, $2: seconds allowed, rest: bench flags (4 s rounds: 100 tokens a take)
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 -m studio bench --model /tmp/full "${engine[@]}" --tokens 100 --runs 2 \
+    --warmup-rounds 3 "$@" --json "$out/h200_$name.json" >"$out/$name.log" 2>&1
+  echo "== $name: rc $?"
+  grep -E "^(vllm|pytorch) |rror" "$out/$name.log" | cut -c1-400
+}
+
 tokens100() {
-  timeout 540 python3 -m studio bench --model /tmp/full "${engine[@]}" --tokens 100 --runs 2 \
-    --concurrency 1,4,16,32,64 --json "$out/$day-nvidia-h200-tokens100.json" >"$out/tokens100.log" 2>&1
-  echo "== tokens100: rc $?"
-  grep -E "^(vllm|pytorch) |rror" "$out/tokens100.log" | cut -c1-400
+  levels_bench tokens100 540 --concurrency 1,4,16,32,64
+}
+
+tokens100_24() {
+  levels_bench tokens100-budget24 230 --concurrency 16,32 --vram-budget 24
+}
+
+gputests() {
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/tts/test_cuda_capture.py tests/tts/test_host_transfer.py \
+    tests/tts/test_flow_turn.py tests/tts/test_batched_encode.py tests/tts/test_chunk_scheduler.py \
+    tests/tts/test_prompt_flow_cache.py tests/tts/test_vram_budget.py tests/vllm >"$out/gputests.log" 2>&1
+  echo "== gputests: rc $?"
+  grep -E "passed|failed|rror|assert" "$out/gputests.log" | tail -8 | cut -c1-300
+}
+
+checks() {  # each prints PASS or FAIL per comparison and writes its figures as JSON
+  local check
+  for check in flow_solver encoder_graphs hift_batch scheduler; do
+    timeout 150 python3 "benchmarks/probes/${check}_check.py" --model /tmp/full --json "$out/h200_$check-check.json" \
+      >"$out/$check-check.log" 2>&1
+    echo "== $check: rc $?"
+    grep -E "PASS|FAIL|Error" "$out/$check-check.log" | cut -c1-260
+  done
+}
+
+starts() {  # one process per start: the machine's first (cold: export written, LM compiled), then a warm one
+  local name
+  for name in cold warm; do
+    timeout 200 python3 scripts/gpu/start_profile.py --model /tmp/full --json "$out/h200_start-$name.json" \
+      >"$out/start-$name.log" 2>&1
+    echo "== start $name: rc $?"
+    grep -E "time_to_ready|process_start_to_ready|Traceback|Error" "$out/start-$name.log" | cut -c1-200 | tail -6
+  done
+}
+
+trace() {
+  timeout 240 python3 scripts/gpu/trace_take.py --model /tmp/full --backend vllm --fp16 --tokens 100 --streams 16 \
+    --out "$out/trace-16-takes" >"$out/trace.log" 2>&1
+  echo "== trace: rc $?"
+  grep -E "^(first chunk|LM:|First chunk:|wall )|Traceback|Error" "$out/trace.log" | cut -c1-200 | head -12
+}
+
+llm() {
+  timeout 200 python3 scripts/gpu/vllm_llm_bench.py --size full --concurrency 1,16 --tokens 200 \
+    --json "$out/h200_llm-alone.json" >"$out/llm.log" 2>&1
+  echo "== llm: rc $?"
+  grep -E "^(greedy|ras)|rror" "$out/llm.log" | cut -c1-300
 }
 
 for step in "$@"; do
   case $step in
-    install | quick | workload | long | http | http24 | tokens100) "$step" ;;
+    tokens100-24) tokens100_24 ;;
+    install | gputests | checks | quick | workload | long | http | http24 | tokens100 | starts | trace | llm) "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Stage everything the lent H200 needs for scripts/gpu/h200-run.sh, on a fresh checkout (ignored by git):
+# Stage everything the lent H200 needs for scripts/gpu/run.sh, on a fresh checkout (ignored by git):
 #   .gpu/d1 .. .gpu/d5  the vLLM 0.22.0 wheel in five 50-MiB parts q0..q4 (the tracked tree is ~5 MB and one
 #                       call carries 64 MiB, so ../shared/gpu/stage-vllm's 60-MiB parts no longer fit)
 #   .gpu/c5             vLLM's imports and install-on-gpu (joins q0..q4, checks the sha256, installs)
 #   .whl                the studio's runtime wheels missing from the GPU image (Python 3.12, manylinux)
 # Then, on the device tool, back to back: five calls with carry [".gpu/dK"] and command
-# `mkdir -p /root/vl && cp .gpu/dK/q* /root/vl/` (K = 1..5), then `bash scripts/gpu/h200-run.sh STEP` with
+# `mkdir -p /root/vl && cp .gpu/dK/q* /root/vl/` (K = 1..5), then `bash scripts/gpu/run.sh STEP...` with
 # carry [".gpu/c5", ".whl"].
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)

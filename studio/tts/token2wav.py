@@ -412,7 +412,7 @@ def flow_precision(flow: torch.nn.Module, fp16: bool):
     autocast on top only adds work: LayerNorm and GroupNorm run in float32 under it, each casting its input,
     weight and bias, and the linear after it casting back. On the H200 one first chunk took 14,239 kernels
     without it against 19,813 (61.8 against 72.0 ms), as far from float32 as before (2.2e-2 both;
-    scripts/gpu/autocast_check.py). A flow whose weights are still float32 keeps the autocast.
+    benchmarks/probes/autocast_check.py). A flow whose weights are still float32 keeps the autocast.
     """
     weight = next(flow.parameters())
     if fp16 and weight.device.type == "cuda" and weight.dtype != torch.float16:

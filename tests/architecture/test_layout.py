@@ -74,7 +74,9 @@ def test_only_envs_reads_studio_variables_from_the_environment():
     assert offenders == []
 
 
-def test_the_readme_speed_table_is_the_one_envs_generates():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Speed", 1)[1].split("\n## ", 1)[0]
-    assert envs.speed_table() in section, "paste studio.envs.speed_table() into README.md's Speed section"
+def test_the_performance_doc_switch_table_is_the_one_envs_generates():
+    performance = (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    section = performance.split("\n## Switches\n", 1)[1].split("\n## ", 1)[0]
+    assert envs.speed_table() in section, (
+        "paste studio.envs.speed_table() into docs/PERFORMANCE.md's Switches section"
+    )

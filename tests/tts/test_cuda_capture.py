@@ -1,6 +1,6 @@
 """`capture_graph` on a GPU: a capture does not wait for the work queued before it, and replays what it recorded.
 
-CUDA only (skipped elsewhere); the GPU steps run it (scripts/gpu/h200-run.sh).
+CUDA only (skipped elsewhere); `scripts/gpu/run.sh gputests` runs it on a GPU.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Graphs need CUDA; here a stand-in capture re-runs the function into the captured outputs, which is what a
 replay does, so what is tested is ours: the padding a graphed batch runs at (rows and width bucketed) keeps
 every valid frame, and the cache captures what recurs, keeps a bounded number, drops graphs of old weights
-and falls back to eager calls when a capture fails. scripts/gpu/flow_solver_check.py checks real replays
+and falls back to eager calls when a capture fails. benchmarks/probes/encoder_graphs_check.py checks real replays
 against eager calls on a GPU.
 """
 

@@ -45,5 +45,5 @@ def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> tor
         stream = _streams.stream = torch.cuda.Stream(device)
     with torch.cuda.stream(stream):
         # Into pageable memory: it waits for this stream only (H200: 0.9-1.2 ms behind a second of queued
-        # work), where a new pinned buffer's allocation waited for all of it (scripts/gpu/side_stream_check.py)
+        # work), where a new pinned buffer's allocation waited for all of it (benchmarks/probes/side_stream_check.py)
         return make().cpu()

@@ -1,6 +1,6 @@
 """Speech-token decoding on vLLM: one stepping thread owns the engine and serves every request.
 
-`VllmTokenBackend.generate` follows the token-backend protocol of docs/ARCHITECTURE.md. Each request
+`VllmTokenBackend.generate` follows the token-backend protocol of docs/RUNTIME.md. Each request
 gets its own queue; the stepping thread adds and aborts requests, steps the engine while any is
 unfinished and routes new tokens (vLLM's DELTA outputs) to their queues. Cancelling (the event, or
 closing the generator) aborts the request in vLLM; an engine error reaches every waiting caller.
