@@ -1,4 +1,4 @@
-"""What float16 autocast costs the streaming flow whose weights are already float16 (stop 19).
+"""What float16 autocast costs the streaming flow whose weights are already float16.
 
 The studio, as upstream, runs the fp16 flow (weights halved) inside ``torch.autocast(float16)``. Autocast then
 only adds work: LayerNorm, GroupNorm and a few more run in float32, so each one casts its input, weight and bias,

@@ -1,6 +1,6 @@
-"""The batched solve's causal convolutions as one GEMM over their windows, against cuDNN (stop 21).
+"""The batched solve's causal convolutions as one GEMM over their windows, against cuDNN.
 
-stop 20 counted a first chunk's 12,559 kernels on the H200: cuDNN ran each causal convolution in NHWC, with a
+A first chunk ran 12,559 kernels on an H200 with cuDNN's convolutions: cuDNN ran each causal convolution in NHWC, with a
 layout conversion of input, weight and output around it (939 kernels), and every LayerNorm after one copied its
 transposed input. `batched_solve._conv` now gathers the windows in one copy and multiplies them in one GEMM, its
 output laid out [rows, frames, channels]. This times one take's first chunk and 16 takes at once both ways on
@@ -30,7 +30,7 @@ GEMM = (batched_solve._conv, batched_solve._pointwise)
 
 
 def cudnn_conv(layout, tails, io, conv, x):
-    """stop 20's causal convolution: F.conv1d over the tails and x."""
+    """The causal convolution through cuDNN (the runtime's way before the GEMM): F.conv1d over the tails and x."""
     c0, c1 = layout.conv[conv]
     full = torch.cat([tails[:, c0:c1, : layout.left].to(x.dtype), x], dim=2)
     out = F.conv1d(full, conv.weight, conv.bias)

@@ -2,8 +2,8 @@
 
 Loads the folder's flow and HiFT on CUDA (fp16 autocast as the studio runs them, CUDA graphs attached),
 then renders the same streamed takes (prompt of 75 tokens, 103 speech tokens, hop schedule of the studio)
-six ways: one take at a time and 8 at once, each with the scheduler on (its encoders incremental, as
-stop 13 ran them, and batched over recomputed prefixes, the default since stop 14) and off. One at a
+six ways: one take at a time and 8 at once, each with the scheduler on (its encoders incremental,
+`STUDIO_FLOW_BATCH_ENCODER=0`, and batched over recomputed prefixes, the default) and off. One at a
 time, the scheduler with incremental encoders solves the same shapes as the takes' own threads, so they
 must agree to float rounding; 8 at once they batch differently (padded buckets), and the batched encoder
 computes the prefix anew in fp16, so those agree to the fp16 tolerance of batched against solo. Any race

@@ -1,4 +1,4 @@
-"""Which small GPU operations of a take wait behind work queued on the flow's stream (stop 18).
+"""Which small GPU operations of a take wait behind work queued on the flow's stream.
 
 Queues ~1 s of GPU work (torch.cuda._sleep) on this thread's current stream, then times each operation on
 a stream of its own: a host wait longer than a few ms means it waited for the queued work.
@@ -36,7 +36,7 @@ def queued_behind(name: str, operation) -> None:
 
 
 def pinned_copy(rows: torch.Tensor) -> torch.Tensor:
-    """What on_host_apart did before stop 18 changed it: a copy into a pinned buffer allocated for it."""
+    """What on_host_apart did before it used pageable memory: a copy into a pinned buffer allocated for it."""
     host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
     return host.copy_(rows, non_blocking=True)
 

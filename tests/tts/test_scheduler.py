@@ -498,7 +498,7 @@ def test_idle_it_captures_pending_graphs_unless_a_first_chunk_is_awaited(modules
 
 
 def test_the_models_close_stops_the_flows_scheduler_which_then_captures_nothing(tiny_cosyvoice, modules):  # noqa: F811
-    """A capture while idle still running when the interpreter exits aborts the process (stop 22's bench
+    """A capture while idle still running when the interpreter exits aborts the process (a bench on a GPU
     ended in "terminate called without an active exception"): the model's close ends the thread first."""
     flow, hift = modules
     own = scheduler_for(flow)

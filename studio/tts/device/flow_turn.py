@@ -2,7 +2,7 @@
 
 vLLM's engine core is another process, so it and the studio's flow share the GPU by time-slicing: on the
 H200 a take's first chunk took 142-151 ms of flow and HiFT while vLLM decoded beside it, 87 ms with the LM
-waiting (benchmarks/README.md, stop 18). The LM runs 20 times faster than real time at one stream: when
+waiting (docs/perf-history.md). The LM runs 20 times faster than real time at one stream: when
 every take it decodes for is having its first chunk made, nobody needs its next tokens during those
 milliseconds, and the listeners lose them. So the flow takes the GPU for such a tick.
 

@@ -2,8 +2,8 @@
 
 PyTorch's CPU kernels share out large tensors over GNU OpenMP's thread pool, and that pool does not survive
 a fork: a child forked after the pool has run hangs at its own first parallel operation. This is what hung
-vLLM's engine core on the H200 when it was forked right after the studio had cast its 2 GB export (stop 16;
-reproduced on a CPU by tests/tts/test_vllm_start.py). Work done inside `without_thread_pool()` runs on the
+vLLM's engine core on the H200 when it was forked right after the studio had cast its 2 GB export
+(reproduced on a CPU by tests/tts/test_vllm_start.py). Work done inside `without_thread_pool()` runs on the
 calling thread only, so the pool is never started and a later fork is safe.
 """
 

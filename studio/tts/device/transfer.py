@@ -34,7 +34,7 @@ def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> tor
     """`make()` (small GPU work on `device`) brought to the host, its kernels and copy on a stream of their own.
 
     On the flow's stream they would wait for every tick queued there: at 64 takes a take's LM prompt
-    embeddings waited 163 ms on average before its request could go to vLLM (benchmarks/README.md, stop 18).
+    embeddings waited 163 ms on average before its request could go to vLLM (an H200 trace, docs/perf-history.md).
     The work must read only what no other stream is still writing (weights, and what `make` creates)."""
     if device.type != "cuda":
         return make().to("cpu")

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # no warm-up pass, which would write into the arena between `_copy_in` and the replay.
 EAGER_FIRST = 1
 SOLVE_GRAPHS_KEPT = 48
-# Takes per solve: on the H200 at 64 streams 32 gave 43.5 audio-s/s against 38.6 for 16 (benchmarks/README.md)
+# Takes per solve: on an H200 at 64 streams, 32 gave 43.5 audio-s/s against 38.6 for 16 (docs/perf-history.md)
 DEFAULT_MAX_BATCH = 32
 
 
