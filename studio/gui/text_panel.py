@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.gui.flow_layout import FlowLayout
+from studio.gui.tag_bar import TagBar
 from studio.request import Mode
-from studio.tags import EVENT_TAGS, SPAN_TAGS, strip_tags
+from studio.tags import strip_tags
 
 MAX_SEED = 2**31 - 1
 
@@ -95,20 +95,9 @@ class TextPanel(QWidget):
             lambda: self.length.setText(describe_length(self.editor.toPlainText()))
         )
 
-        self.tags = QWidget()  # the tag buttons wrap to the panel's width
-        tags = FlowLayout(self.tags)
-        for tag in EVENT_TAGS:
-            button = QPushButton(tag.strip("[]"))
-            button.setObjectName("TagButton")
-            button.setToolTip(f"Insert {tag} at the cursor")
-            button.clicked.connect(lambda _checked=False, t=tag: self.insert_tag(t))
-            tags.addWidget(button)
-        for opening, closing in SPAN_TAGS:
-            button = QPushButton(f"{opening}…{closing}")
-            button.setObjectName("TagButton")
-            button.setToolTip(f"Wrap the selection in {opening}{closing}")
-            button.clicked.connect(lambda _checked=False, o=opening, c=closing: self.wrap_selection(o, c))
-            tags.addWidget(button)
+        self.tags = TagBar()
+        self.tags.sig_insert.connect(self.insert_tag)
+        self.tags.sig_wrap.connect(self.wrap_selection)
 
         self.mode = QComboBox()
         for mode in Mode:
@@ -173,6 +162,12 @@ class TextPanel(QWidget):
         layout.addLayout(options)
         layout.addLayout(instruct_row)
         layout.addLayout(actions)
+
+        # Tab: the text, the options, Generate, then the tags (one stop; arrows move between them)
+        chain = [self.editor, self.mode, self.speed, self.random_seed, self.seed, self.instruct, self.stream]
+        chain += [self.stop_button, self.generate_button, self.tags.buttons[0]]
+        for first, second in zip(chain, chain[1:], strict=False):
+            QWidget.setTabOrder(first, second)
 
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             shortcut = QShortcut(QKeySequence(keys), self, context=Qt.ShortcutContext.WindowShortcut)
