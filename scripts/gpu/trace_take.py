@@ -80,7 +80,7 @@ def instrument(backend: str) -> None:
     span(token2wav.Token2WavStream, "_render", "chunk.render")  # the take's wait for a chunk (flow + HiFT)
     span(token2wav, "begin_many", "flow.begin")  # one chunk, or a scheduler tick's chunks
     span(token2wav.Token2WavStream, "vocode", "hift.call")
-    span(incremental, "_encode", "flow.encoder")  # a chunk's own incremental encoder
+    span(incremental, "encode_window", "flow.encoder")  # a chunk's own incremental encoder
     span(incremental, "encode_prefixes", "flow.encoder.batch")  # the tick's prefixes, recomputed at once
     span(prompt_cache.PromptFlowCache, "start", "flow.prompt_cache.start")
     span(prompt_cache.PromptFlowCache, "store", "flow.prompt_cache.store")

@@ -16,7 +16,7 @@ import torch
 from studio.tts.cosyvoice2 import SynthesisSpec
 from studio.tts.errors import SynthesisError
 from studio.tts.flow.streaming.batched_solve import EstimatorState
-from studio.tts.flow.streaming.incremental import KVBuffer
+from studio.tts.flow.streaming.cached_encoder import KVBuffer
 from studio.tts.memory import take_state_bytes
 from studio.tts.take_gate import TakeGate
 

@@ -26,7 +26,8 @@ import torch
 
 from studio import envs
 from studio.tts.flow.streaming.batched_solve import EstimatorState
-from studio.tts.flow.streaming.incremental import IncrementalFlow, KVBuffer
+from studio.tts.flow.streaming.cached_encoder import KVBuffer
+from studio.tts.flow.streaming.incremental import IncrementalFlow
 
 DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
 
@@ -55,7 +56,7 @@ def _freeze(store: dict, rows: int) -> tuple[dict, int]:
             value = KVBuffer(value.k[:, :, :rows].clone(), value.v[:, :, :rows].clone())
             nbytes += value.k.nbytes + value.v.nbytes
         elif isinstance(key, tuple) and key[0] == "mark":
-            key, value = key[1], store.pop(key)  # already a copy (`_Window.causal`)
+            key, value = key[1], store.pop(key)  # already a copy (`Window.causal`)
             nbytes, tails = nbytes + value.nbytes, tails + 1
         elif isinstance(key, tuple) and key[0] == "positions":
             value = value.clone()  # the relative-position table: depends on the weights only
