@@ -30,9 +30,12 @@ def register(subparsers) -> None:
     parser.add_argument("--denoise", action="store_true", help="reduce background noise (noisereduce)")
     parser.add_argument("--json", metavar="REPORT", help="also write the report as JSON to this file")
     parser.add_argument(
-        "--cut", type=_cut_value, default=None, metavar="auto|SECONDS",
+        "--cut",
+        type=_cut_value,
+        default=None,
+        metavar="auto|SECONDS",
         help="for speech over 30 s: cut at the best pause ('auto') or at this time",
-    )  # fmt: skip
+    )
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
     parser.set_defaults(func=run)
 

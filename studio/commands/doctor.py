@@ -44,9 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model", metavar="DIR", help="model folder to check (default: the studio's setting)"
     )
     parser.add_argument(
-        "--json", nargs="?", const="-", metavar="OUT",
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="OUT",
         help="print the findings as JSON instead of lines (given OUT: write them there as well)",
-    )  # fmt: skip
+    )
     parser.set_defaults(func=run)
 
 

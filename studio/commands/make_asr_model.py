@@ -16,9 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("directory", metavar="DIR", help="folder to create")
     parser.add_argument(
-        "--size", choices=("tiny", "full"), default="tiny",
+        "--size",
+        choices=("tiny", "full"),
+        default="tiny",
         help="tiny: the test model; full: whisper-large-v3-turbo's shapes (GPU timings)",
-    )  # fmt: skip
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="weight seed (default: 0)")
     parser.set_defaults(func=run)
 

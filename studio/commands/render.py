@@ -25,11 +25,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="folder for 001.wav..., joined.*, script.json"
     )
-    parser.add_argument("--voice", action="append", default=[], metavar="NAME=WAV[:TRANSCRIPT]",
-                        help="a voice the script names (repeat); without a transcript it speaks cross-lingual. "
-                        "Names not given are looked up in the studio's saved voices")  # fmt: skip
-    parser.add_argument("--default-voice", default="", metavar="NAME",
-                        help="the voice of lines before the first [Voice] (default: the first --voice)")  # fmt: skip
+    parser.add_argument(
+        "--voice",
+        action="append",
+        default=[],
+        metavar="NAME=WAV[:TRANSCRIPT]",
+        help="a voice the script names (repeat); without a transcript it speaks cross-lingual. "
+        "Names not given are looked up in the studio's saved voices",
+    )
+    parser.add_argument(
+        "--default-voice",
+        default="",
+        metavar="NAME",
+        help="the voice of lines before the first [Voice] (default: the first --voice)",
+    )
     parser.add_argument("--format", default="wav", choices=("wav", "wav32f", "flac", "mp3", "ogg", "opus"))
     parser.add_argument(
         "--sample-rate", type=int, default=0, metavar="HZ", help="output rate (default: the model's)"
@@ -37,13 +46,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--srt", action="store_true", help="write joined.srt and joined.vtt, one cue per line"
     )
-    parser.add_argument("--gap-ms", type=float, default=250, metavar="N",
-                        help="silence between lines (0: a 20 ms crossfade)")  # fmt: skip
+    parser.add_argument(
+        "--gap-ms", type=float, default=250, metavar="N", help="silence between lines (0: a 20 ms crossfade)"
+    )
     parser.add_argument(
         "--paragraph-ms", type=float, default=750, metavar="N", help="silence at a blank line"
     )
-    parser.add_argument("--loudness", type=float, default=None, metavar="LUFS",
-                        help="normalise each line to this integrated loudness (EBU R128), e.g. -20")  # fmt: skip
+    parser.add_argument(
+        "--loudness",
+        type=float,
+        default=None,
+        metavar="LUFS",
+        help="normalise each line to this integrated loudness (EBU R128), e.g. -20",
+    )
     parser.add_argument(
         "--true-peak", type=float, default=-1.0, metavar="DBTP", help="ceiling for --loudness"
     )
@@ -78,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full or read-only disk: the lines already written stay, with what is known
-        print(f"error: {exc}; the lines written so far are kept: free space, then run again with --resume",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {exc}; the lines written so far are kept: free space, then run again with --resume",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("stopped; what was rendered is kept: run again with --resume to go on", file=sys.stderr)
@@ -87,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # an internal failure: one clear line, the traceback on request
         if envs.DEBUG.enabled():
             raise
-        print(f"error: render failed: {type(exc).__name__}: {exc} (STUDIO_DEBUG=1 shows the traceback)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: render failed: {type(exc).__name__}: {exc} (STUDIO_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -97,9 +116,16 @@ def _settings(args: argparse.Namespace):
 
     if args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
-    return RenderSettings(format=args.format, sample_rate=args.sample_rate, gap_s=max(0.0, args.gap_ms) / 1000,
-                          paragraph_s=max(0.0, args.paragraph_ms) / 1000, loudness_lufs=args.loudness,
-                          ceiling_dbtp=args.true_peak, seed=args.seed, speed=args.speed)  # fmt: skip
+    return RenderSettings(
+        format=args.format,
+        sample_rate=args.sample_rate,
+        gap_s=max(0.0, args.gap_ms) / 1000,
+        paragraph_s=max(0.0, args.paragraph_ms) / 1000,
+        loudness_lufs=args.loudness,
+        ceiling_dbtp=args.true_peak,
+        seed=args.seed,
+        speed=args.speed,
+    )
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -128,8 +154,10 @@ def _render(args: argparse.Namespace) -> int:
         records = render.plan(read_script(args.script, default), resume=args.resume)
         _checkpoint(render, records)  # the lines' keys and files: --resume trusts files written after this
         reused = sum(r.done for r in records)
-        print(f"{count} lines, {len(used)} voice(s); {reused} unchanged, {count - reused} to render "
-              f"({loaded.backend} backend, {args.concurrency} at a time)")  # fmt: skip
+        print(
+            f"{count} lines, {len(used)} voice(s); {reused} unchanged, {count - reused} to render "
+            f"({loaded.backend} backend, {args.concurrency} at a time)"
+        )
         started = time.perf_counter()
         _run_with_progress(render, records, loaded, args.concurrency)
         elapsed = time.perf_counter() - started
@@ -142,8 +170,13 @@ def _load(args: argparse.Namespace):
     from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
     from studio.engine import runner
 
-    return runner.load_model(args.model, "vllm" if args.vllm else "pytorch", fp16=args.fp16,
-                             vllm_options=vllm_options_from(args), vram_budget_gb=vram_budget_from(args))  # fmt: skip
+    return runner.load_model(
+        args.model,
+        "vllm" if args.vllm else "pytorch",
+        fp16=args.fp16,
+        vllm_options=vllm_options_from(args),
+        vram_budget_gb=vram_budget_from(args),
+    )
 
 
 def _run_with_progress(render, records, loaded, concurrency: int) -> None:
@@ -218,8 +251,10 @@ def _report(render, records, elapsed: float, rendered: int, subtitles: bool) -> 
     saved = _checkpoint(render, records, joined=joined_name, render_seconds=round(elapsed, 3))
     audio = sum(r.seconds for r in records if r.status == "rendered")
     per_minute = rendered / elapsed * 60 if elapsed > 0 and rendered else 0.0
-    print(f"rendered {rendered - len(failed)} line(s) in {elapsed:.1f} s ({per_minute:.1f} lines/min, "
-          f"{audio:.1f} s of audio)")  # fmt: skip
+    print(
+        f"rendered {rendered - len(failed)} line(s) in {elapsed:.1f} s ({per_minute:.1f} lines/min, "
+        f"{audio:.1f} s of audio)"
+    )
     for record in records:
         for note in record.notes:
             print(f"line {record.number}: {note}", file=sys.stderr)
@@ -240,7 +275,10 @@ def _report(render, records, elapsed: float, rendered: int, subtitles: bool) -> 
         names = ", ".join(
             f"{r.number} (script line {render.lines[r.number].source_line}: {r.error})" for r in failed
         )
-        print(f"error: {len(failed)} line(s) failed: {names}; the joined file was not written. "
-              "Run again with --resume to retry only them.", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {len(failed)} line(s) failed: {names}; the joined file was not written. "
+            "Run again with --resume to retry only them.",
+            file=sys.stderr,
+        )
         return 1
     return 0

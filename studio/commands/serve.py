@@ -27,8 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keys.add_argument("--api-key", metavar="KEY", help="clients send Authorization: Bearer KEY")
     keys.add_argument("--api-key-file", metavar="FILE", help="read the key from this file (first line)")
     parser.add_argument("--no-fp16", dest="fp16", action="store_false", help="float32 flow and LM on CUDA")
-    parser.add_argument("--asr-model", default="", metavar="SPEC",
-                        help="Whisper folder or hub id to transcribe voices uploaded without a transcript")  # fmt: skip
+    parser.add_argument(
+        "--asr-model",
+        default="",
+        metavar="SPEC",
+        help="Whisper folder or hub id to transcribe voices uploaded without a transcript",
+    )
     parser.add_argument("--voices", metavar="DIR", help="voice library folder (default: the studio's)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -56,8 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ray", action="store_true", help="scale out on Ray Serve (local Ray, or RAY_ADDRESS)"
     )
     parser.add_argument("--replicas", default="1", metavar="N|auto", help="Ray Serve replicas (auto: 1-8)")
-    parser.add_argument("--gpus-per-replica", type=float, default=None, metavar="G",
-                        help="GPUs each replica takes (default: 1 with --backend vllm on a GPU machine, else 0)")  # fmt: skip
+    parser.add_argument(
+        "--gpus-per-replica",
+        type=float,
+        default=None,
+        metavar="G",
+        help="GPUs each replica takes (default: 1 with --backend vllm on a GPU machine, else 0)",
+    )
     from studio.commands.vllm_flags import add_vllm_arguments
 
     add_vllm_arguments(parser)
@@ -100,11 +109,18 @@ def build_service(args: argparse.Namespace):
     from studio.voices import VoiceLibrary
 
     voices = VoiceLibrary(Path(args.voices).expanduser() if args.voices else data_dir() / "voices")
-    return SpeechService(args.model, voices, backend=args.backend, fp16=args.fp16,
-                         vllm_options=vllm_options_from(args), vram_budget_gb=vram_budget_from(args),
-                         warmup=args.warmup, asr_model=args.asr_model,
-                         max_queued=max(0, args.max_queued),
-                         voice_aliases=voice_aliases(args.voice_alias))  # fmt: skip
+    return SpeechService(
+        args.model,
+        voices,
+        backend=args.backend,
+        fp16=args.fp16,
+        vllm_options=vllm_options_from(args),
+        vram_budget_gb=vram_budget_from(args),
+        warmup=args.warmup,
+        asr_model=args.asr_model,
+        max_queued=max(0, args.max_queued),
+        voice_aliases=voice_aliases(args.voice_alias),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
 
         from studio.serve.app import create_app
     except ImportError as exc:
-        print(f"error: serve needs its extra ({exc.name} is missing): pip install 'cosyvoice-studio[serve]'",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: serve needs its extra ({exc.name} is missing): pip install 'cosyvoice-studio[serve]'",
+            file=sys.stderr,
+        )
         return 2
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -123,8 +141,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     key = read_key(args)
     if not is_loopback(args.host) and not key:
-        log.warning("serving on %s without an API key: anyone who reaches this port can use it "
-                    "(--api-key or --api-key-file)", args.host)  # fmt: skip
+        log.warning(
+            "serving on %s without an API key: anyone who reaches this port can use it "
+            "(--api-key or --api-key-file)",
+            args.host,
+        )
     if args.ray:
         return run_on_ray(args, key)
     service = build_service(args)
@@ -157,8 +178,16 @@ def run_on_ray(args: argparse.Namespace, key: str | None) -> int:
         except NvmlUnavailable:
             gpus = 0.0
     voices = str(Path(args.voices).expanduser() if args.voices else data_dir() / "voices")
-    spec = ReplicaSpec(str(Path(args.model).resolve()), voices, args.backend, args.fp16, vram_budget_from(args),
-                       key, vllm_options_from(args), args.asr_model,
-                       voice_aliases=voice_aliases(args.voice_alias))  # fmt: skip
+    spec = ReplicaSpec(
+        str(Path(args.model).resolve()),
+        voices,
+        args.backend,
+        args.fp16,
+        vram_budget_from(args),
+        key,
+        vllm_options_from(args),
+        args.asr_model,
+        voice_aliases=voice_aliases(args.voice_alias),
+    )
     run(spec, args.host, args.port, args.replicas if args.replicas == "auto" else int(args.replicas), gpus)
     return 0

@@ -48,13 +48,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vllm", action="store_true", help="run the LLM on vLLM (reported if unavailable)")
     parser.add_argument("--fp16", action="store_true", help="half precision flow and vocoder (GPU)")
     parser.add_argument("--warmup", action="store_true", help="warm up first, so latency excludes cold start")
-    parser.add_argument("--out", required=True, metavar="OUT.wav",
-                        help="where to write the take; its suffix picks the format: .wav, .flac, .mp3, .ogg, .opus")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="OUT.wav",
+        help="where to write the take; its suffix picks the format: .wav, .flac, .mp3, .ogg, .opus",
+    )
     parser.add_argument(
         "--sample-rate", type=int, default=0, metavar="HZ", help="output rate (default: the model's)"
     )
-    parser.add_argument("--loudness", type=float, default=None, metavar="LUFS",
-                        help="normalise to this integrated loudness (EBU R128, -1 dBTP ceiling), e.g. -20")  # fmt: skip
+    parser.add_argument(
+        "--loudness",
+        type=float,
+        default=None,
+        metavar="LUFS",
+        help="normalise to this integrated loudness (EBU R128, -1 dBTP ceiling), e.g. -20",
+    )
     from studio.commands.transcribe import add_asr_arguments
     from studio.commands.vllm_flags import add_vllm_arguments
 

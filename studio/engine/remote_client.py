@@ -33,8 +33,12 @@ from studio.engine.protocol import (
 from studio.request import Mode
 
 POLL_SECONDS = 1.0
-_STATES = {"starting": EngineState.STARTING, "loading": EngineState.LOADING, "ready": EngineState.READY,
-           "error": EngineState.ERROR}  # fmt: skip
+_STATES = {
+    "starting": EngineState.STARTING,
+    "loading": EngineState.LOADING,
+    "ready": EngineState.READY,
+    "error": EngineState.ERROR,
+}
 
 
 def _reason(exc: Exception) -> str:
@@ -126,8 +130,9 @@ class RemoteEngineClient:
             self._takes[request.request_id] = cancel
             running = len(self._takes)
         self._publish(State(EngineState.BUSY, f"{running} take(s) running", active_requests=running))
-        threading.Thread(target=self._take, args=(request, cancel), name=f"remote-{request.request_id}",
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._take, args=(request, cancel), name=f"remote-{request.request_id}", daemon=True
+        ).start()
         return request.request_id
 
     def cancel(self, request_id: str) -> None:
@@ -182,9 +187,16 @@ class RemoteEngineClient:
         samples = chunks = 0
         rate = 24000
         try:
-            body = {"input": request.text, "response_format": "pcm", "stream": True, "speed": request.speed,
-                    "seed": request.seed, "instructions": request.instruct if request.mode is Mode.INSTRUCT else "",
-                    "first_hop_tokens": request.first_hop_tokens, **reference_payload(request)}  # fmt: skip
+            body = {
+                "input": request.text,
+                "response_format": "pcm",
+                "stream": True,
+                "speed": request.speed,
+                "seed": request.seed,
+                "instructions": request.instruct if request.mode is Mode.INSTRUCT else "",
+                "first_hop_tokens": request.first_hop_tokens,
+                **reference_payload(request),
+            }
             with self._http.stream("POST", "/v1/audio/speech", json=body) as answer:
                 if answer.status_code != 200:
                     answer.read()
@@ -207,9 +219,16 @@ class RemoteEngineClient:
                     samples += audio.size
             total = time.perf_counter() - started
             seconds = samples / rate
-            stats = TakeStats(first if first is not None else total, total, seconds,
-                              total / seconds if seconds else float("inf"), 0, chunks, backend="remote",
-                              cancelled=cancel.is_set())  # fmt: skip
+            stats = TakeStats(
+                first if first is not None else total,
+                total,
+                seconds,
+                total / seconds if seconds else float("inf"),
+                0,
+                chunks,
+                backend="remote",
+                cancelled=cancel.is_set(),
+            )
             self._events.put(TakeFinished(request.request_id, stats))
         except Exception as exc:  # noqa: BLE001 - the take's error, in the engine's words
             message = (
@@ -251,9 +270,19 @@ def remote_gpu_query(url: str, key: str = ""):
                     values.setdefault(sample.labels.get("gpu", "0"), {})[sample.name] = sample.value
         if not values:
             raise NvmlUnavailable("the server reports no NVIDIA GPU")
-        return [GpuSnapshot(int(gpu), f"server GPU {gpu}", (0, 0), "", int(v.get("cosyvoice_gpu_memory_total_bytes", 0)),
-                            int(v.get("cosyvoice_gpu_memory_used_bytes", 0)),
-                            int(100 * v["cosyvoice_gpu_utilization_ratio"]) if "cosyvoice_gpu_utilization_ratio" in v else None)
-                for gpu, v in sorted(values.items())]  # fmt: skip
+        return [
+            GpuSnapshot(
+                int(gpu),
+                f"server GPU {gpu}",
+                (0, 0),
+                "",
+                int(v.get("cosyvoice_gpu_memory_total_bytes", 0)),
+                int(v.get("cosyvoice_gpu_memory_used_bytes", 0)),
+                int(100 * v["cosyvoice_gpu_utilization_ratio"])
+                if "cosyvoice_gpu_utilization_ratio" in v
+                else None,
+            )
+            for gpu, v in sorted(values.items())
+        ]
 
     return query

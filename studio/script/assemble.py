@@ -106,8 +106,10 @@ def _stamp(seconds: float, separator: str) -> str:
 
 def srt_text(cues: Iterable[Cue]) -> str:
     """SubRip: numbered cues, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, a blank line after each."""
-    return "".join(f"{n}\n{_stamp(c.start_s, ',')} --> {_stamp(c.end_s, ',')}\n{c.text}\n\n"
-                   for n, c in enumerate(cues, start=1))  # fmt: skip
+    return "".join(
+        f"{n}\n{_stamp(c.start_s, ',')} --> {_stamp(c.end_s, ',')}\n{c.text}\n\n"
+        for n, c in enumerate(cues, start=1)
+    )
 
 
 def vtt_text(cues: Iterable[Cue]) -> str:

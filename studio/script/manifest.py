@@ -39,8 +39,14 @@ class RenderSettings:
         """The settings a line's audio depends on (the gaps only shape the joined file)."""
         from studio.audio.export import ExportFormat
 
-        return {"format": ExportFormat.parse(self.format).name, "sample_rate": self.sample_rate, "loudness_lufs": self.loudness_lufs,
-                "ceiling_dbtp": self.ceiling_dbtp, "speed": self.speed, "seed": self.seed}  # fmt: skip
+        return {
+            "format": ExportFormat.parse(self.format).name,
+            "sample_rate": self.sample_rate,
+            "loudness_lufs": self.loudness_lufs,
+            "ceiling_dbtp": self.ceiling_dbtp,
+            "speed": self.speed,
+            "seed": self.seed,
+        }
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,11 @@ class VoicePrompt:
 def line_key(line: ScriptLine, voice: VoicePrompt, settings: RenderSettings) -> str:
     """Changes when anything that shapes this line's audio changes (its text, voice, instruction, settings);
     not with its place in the script, so inserting a line leaves the others' files as they are."""
-    payload = json.dumps([line.text, line.instruction, voice.fingerprint, settings.shaping()],
-                         sort_keys=True, ensure_ascii=False)  # fmt: skip
+    payload = json.dumps(
+        [line.text, line.instruction, voice.fingerprint, settings.shaping()],
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

@@ -53,8 +53,9 @@ def parse_lines(lines: Iterable[str], default_voice: str = "") -> Iterator[Scrip
         if not text:
             raise ScriptError("a voice prefix with nothing to say", source_line)
         if len(text) > MAX_LINE_CHARS:
-            raise ScriptError(f"{len(text)} characters; at most {MAX_LINE_CHARS} on one line: split it",
-                              source_line)  # fmt: skip
+            raise ScriptError(
+                f"{len(text)} characters; at most {MAX_LINE_CHARS} on one line: split it", source_line
+            )
         if not voice:
             raise ScriptError("no voice: start the line with [Voice] or give a default voice", source_line)
         number += 1

@@ -41,8 +41,13 @@ def load_script(folder: Path) -> list[ScriptLine]:
     return list(read_script(path)) if path.is_file() else []
 
 
-def export_render(project: ScriptRender, records: list[LineRecord], target: Path, settings: RenderSettings,
-                  subtitles: bool = True) -> JoinResult:  # fmt: skip
+def export_render(
+    project: ScriptRender,
+    records: list[LineRecord],
+    target: Path,
+    settings: RenderSettings,
+    subtitles: bool = True,
+) -> JoinResult:
     """The project's rendered lines re-encoded into ``target`` (``settings``: format, rate, loudness, gaps),
     joined, with subtitles and a manifest; the project itself is left as it is."""
     import soundfile as sf

@@ -58,14 +58,27 @@ def line_request(line: ScriptLine, voice: VoicePrompt, seed: int | None, speed: 
     from studio.engine.protocol import Synthesize
 
     mode = Mode.INSTRUCT if line.instruction else Mode.ZERO_SHOT if voice.transcript else Mode.CROSS_LINGUAL
-    return Synthesize(line.text, mode=mode, prompt_wav=voice.samples, prompt_sr=voice.sample_rate,
-                      prompt_text=voice.transcript, instruct=line.instruction, speed=speed, seed=seed,
-                      stream=False)  # fmt: skip
+    return Synthesize(
+        line.text,
+        mode=mode,
+        prompt_wav=voice.samples,
+        prompt_sr=voice.sample_rate,
+        prompt_text=voice.transcript,
+        instruct=line.instruction,
+        speed=speed,
+        seed=seed,
+        stream=False,
+    )
 
 
 class ScriptRender:
-    def __init__(self, folder: str | os.PathLike, voices: Mapping[str, VoicePrompt], settings: RenderSettings,
-                 model_rate: int):  # fmt: skip
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        voices: Mapping[str, VoicePrompt],
+        settings: RenderSettings,
+        model_rate: int,
+    ):
         self.folder = Path(folder)
         self.voices = {name.casefold(): voice for name, voice in voices.items()}
         self.settings = settings
@@ -99,8 +112,11 @@ class ScriptRender:
             key = line_key(line, voice, self.settings)
             seed = self._seed(line, earlier.get(key))
             self.lines[line.number] = line
-            records.append(LineRecord(line.number, voice.name, line.text, line.instruction, line.paragraph_before,
-                                      seed, key))  # fmt: skip
+            records.append(
+                LineRecord(
+                    line.number, voice.name, line.text, line.instruction, line.paragraph_before, seed, key
+                )
+            )
         if not records:
             raise ScriptError("the script has no lines to say")
         for record in records:
@@ -189,9 +205,14 @@ class ScriptRender:
             self.rate = sf.info(self.folder / first.file).samplerate
 
     # -- rendering ---------------------------------------------------------------------------------
-    def run(self, records: list[LineRecord], synthesize: Synthesizer, concurrency: int = 4,
-            on_line: Callable[[LineRecord], None] | None = None,
-            cancel: threading.Event | None = None) -> None:  # fmt: skip
+    def run(
+        self,
+        records: list[LineRecord],
+        synthesize: Synthesizer,
+        concurrency: int = 4,
+        on_line: Callable[[LineRecord], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
         """Render every pending line, ``concurrency`` at a time; a line that fails is marked failed (with
         the reason) and the others go on. ``cancel`` stops at the lines in flight."""
         cancel = cancel or threading.Event()
@@ -215,8 +236,9 @@ class ScriptRender:
     def render_line(self, record: LineRecord, synthesize: Synthesizer, cancel: threading.Event) -> LineRecord:
         line = self.lines[record.number]
         try:
-            audio, rate = synthesize(line_request(line, self.voice_of(line), record.seed, self.settings.speed),
-                                     cancel)  # fmt: skip
+            audio, rate = synthesize(
+                line_request(line, self.voice_of(line), record.seed, self.settings.speed), cancel
+            )
             if cancel.is_set():
                 record.status, record.error = "pending", "stopped"
                 return record

@@ -29,8 +29,9 @@ def parse_voice_mapping(spec: str) -> tuple[str, Path, str]:
 CLI_ADVICE = "map {them} with --voice NAME=RECORDING.wav[:TRANSCRIPT] or save {them} in the studio"
 
 
-def load_voices(names: Iterable[str], mappings: Iterable[str], library=None,
-                advice: str = CLI_ADVICE) -> dict[str, VoicePrompt]:  # fmt: skip
+def load_voices(
+    names: Iterable[str], mappings: Iterable[str], library=None, advice: str = CLI_ADVICE
+) -> dict[str, VoicePrompt]:
     """The prompt of each name the script uses: a ``--voice`` mapping first, else a saved voice of
     ``library`` (a `studio.voices.VoiceLibrary`) with that name (any case)."""
     from studio.audio.errors import AudioError
@@ -61,6 +62,8 @@ def load_voices(names: Iterable[str], mappings: Iterable[str], library=None,
     if unknown:
         known = sorted({n for n, _, _ in mapped.values()} | {v.name for v in saved.values()})
         them = "them" if len(unknown) > 1 else "it"
-        raise ScriptError(f"unknown voice{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
-                          f"{advice.format(them=them)} (known: {', '.join(known) or 'none'})")  # fmt: skip
+        raise ScriptError(
+            f"unknown voice{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            f"{advice.format(them=them)} (known: {', '.join(known) or 'none'})"
+        )
     return voices

@@ -43,12 +43,18 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
-        self.first_chunk = Histogram("cosyvoice_first_chunk_seconds", "Request to first audio chunk",
-                                     buckets=LATENCY_BUCKETS, registry=self.registry)  # fmt: skip
-        self.total = Histogram("cosyvoice_take_seconds", "Whole take", buckets=LATENCY_BUCKETS,
-                               registry=self.registry)  # fmt: skip
-        self.rtf = Histogram("cosyvoice_rtf", "Synthesis time / audio time", buckets=RTF_BUCKETS,
-                             registry=self.registry)  # fmt: skip
+        self.first_chunk = Histogram(
+            "cosyvoice_first_chunk_seconds",
+            "Request to first audio chunk",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.total = Histogram(
+            "cosyvoice_take_seconds", "Whole take", buckets=LATENCY_BUCKETS, registry=self.registry
+        )
+        self.rtf = Histogram(
+            "cosyvoice_rtf", "Synthesis time / audio time", buckets=RTF_BUCKETS, registry=self.registry
+        )
         active = Gauge("cosyvoice_active_takes", "Takes running", registry=self.registry)
         active.set_function(lambda: len(service.active))
         queued = Gauge("cosyvoice_queued_takes", "Takes waiting for GPU memory", registry=self.registry)

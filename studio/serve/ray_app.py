@@ -33,9 +33,16 @@ def build_replica_app(spec: ReplicaSpec):
     from studio.serve.service import SpeechService
     from studio.voices import VoiceLibrary
 
-    service = SpeechService(spec.model_dir, VoiceLibrary(spec.voices_dir), backend=spec.backend, fp16=spec.fp16,
-                            vllm_options=spec.vllm_options, vram_budget_gb=spec.vram_budget_gb,
-                            asr_model=spec.asr_model, voice_aliases=spec.voice_aliases)  # fmt: skip
+    service = SpeechService(
+        spec.model_dir,
+        VoiceLibrary(spec.voices_dir),
+        backend=spec.backend,
+        fp16=spec.fp16,
+        vllm_options=spec.vllm_options,
+        vram_budget_gb=spec.vram_budget_gb,
+        asr_model=spec.asr_model,
+        voice_aliases=spec.voice_aliases,
+    )
     service.load()
     replica = f"{socket.gethostname()}:{os.getpid()}"  # as its X-Served-By says
     return create_app(service, spec.api_key, metrics_text=replica_metrics(service.metrics.text, replica))
@@ -47,8 +54,10 @@ def deployment(
     """The Ray Serve application: ``replicas`` copies (or "auto": Ray's autoscaling between 1 and 8)."""
     from ray import serve
 
-    options: dict = {"ray_actor_options": {"num_gpus": gpus_per_replica, "num_cpus": 1},
-                     "max_ongoing_requests": max_ongoing}  # fmt: skip
+    options: dict = {
+        "ray_actor_options": {"num_gpus": gpus_per_replica, "num_cpus": 1},
+        "max_ongoing_requests": max_ongoing,
+    }
     if replicas == "auto":
         options["autoscaling_config"] = {"min_replicas": 1, "max_replicas": 8, "target_ongoing_requests": 8}
     else:

@@ -73,10 +73,20 @@ class SpeechRequest:
 
 
 class SpeechService:
-    def __init__(self, model_dir: str, voices: VoiceLibrary, backend: str = "pytorch", fp16: bool = True,
-                 vllm_options: dict | None = None, vram_budget_gb: float = 0.0, workers: int = 64,
-                 warmup: bool = True, asr_model: str = "", max_queued: int = 64,
-                 voice_aliases: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        voices: VoiceLibrary,
+        backend: str = "pytorch",
+        fp16: bool = True,
+        vllm_options: dict | None = None,
+        vram_budget_gb: float = 0.0,
+        workers: int = 64,
+        warmup: bool = True,
+        asr_model: str = "",
+        max_queued: int = 64,
+        voice_aliases: dict[str, str] | None = None,
+    ):
         self.model_dir, self.backend_asked = model_dir, backend
         self.voices = voices
         #: other names of library voices, e.g. OpenAI's ("alloy" -> "narrator"); names are case-insensitive
@@ -164,9 +174,19 @@ class SpeechService:
         mode = Mode.INSTRUCT if body.instructions.strip() else spoken
         ids = {"request_id": body.request_id} if body.request_id else {}
         try:
-            return Synthesize(text, mode=mode, prompt_wav=prompt, prompt_sr=prompt_rate, prompt_text=transcript,
-                              instruct=body.instructions.strip(), speed=float(body.speed), seed=body.seed,
-                              stream=True, first_hop_tokens=body.first_hop_tokens, **ids)  # fmt: skip
+            return Synthesize(
+                text,
+                mode=mode,
+                prompt_wav=prompt,
+                prompt_sr=prompt_rate,
+                prompt_text=transcript,
+                instruct=body.instructions.strip(),
+                speed=float(body.speed),
+                seed=body.seed,
+                stream=True,
+                first_hop_tokens=body.first_hop_tokens,
+                **ids,
+            )
         except RequestError as exc:
             raise ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field)) from None
 
@@ -266,8 +286,13 @@ class SpeechService:
             with self._lock:
                 self.backlog -= 1
             try:
-                stats = runner.run_take(self.loaded.model, request, cancel=cancel, backend=self.loaded.backend,
-                                        on_chunk=lambda samples: put(("chunk", samples)))  # fmt: skip
+                stats = runner.run_take(
+                    self.loaded.model,
+                    request,
+                    cancel=cancel,
+                    backend=self.loaded.backend,
+                    on_chunk=lambda samples: put(("chunk", samples)),
+                )
                 put(("done", stats))
             except RequestError as exc:  # a rule of the runtime the request broke: the client's mistake
                 put(("error", ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field))))

@@ -26,8 +26,9 @@ def register_voice(service, name: str, data: bytes, transcript: str, overwrite: 
         raise ServiceError(422, f"the recording cannot be a voice: {exc}", "audio") from None
     transcript = transcript.strip() or _transcribe(service, cleaned.samples, cleaned.sample_rate)
     try:
-        return service.voices.save(name, cleaned.samples, cleaned.sample_rate, transcript, samples, rate,
-                                   overwrite=overwrite)  # fmt: skip
+        return service.voices.save(
+            name, cleaned.samples, cleaned.sample_rate, transcript, samples, rate, overwrite=overwrite
+        )
     except VoiceExistsError as exc:
         raise ServiceError(409, f"{exc}; send overwrite=true to replace it", "name") from None
     except VoiceBusyError as exc:
@@ -48,5 +49,6 @@ def _transcribe(service, samples, rate: int) -> str:
                 service.transcriber = Transcriber(resolve_model(service.asr_model))
         return service.transcriber.transcribe(samples, rate).text
     except AsrError as exc:
-        raise ServiceError(422, f"no transcript was sent and the ASR could not make one ({exc}); send one",
-                           "transcript") from None  # fmt: skip
+        raise ServiceError(
+            422, f"no transcript was sent and the ASR could not make one ({exc}); send one", "transcript"
+        ) from None

@@ -226,8 +226,11 @@ class ShapeGraphs:
             self._graphs.popitem(last=False)
         log.info(
             "%s: CUDA graph captured for %s in %.3f s (%d kept)",
-            self.name, key, time.monotonic() - started, len(self._graphs),
-        )  # fmt: skip
+            self.name,
+            key,
+            time.monotonic() - started,
+            len(self._graphs),
+        )
         return captured
 
 

@@ -30,7 +30,7 @@ _INIT_FUNCTIONS = frozenset(
         "kaiming_normal_",
         "orthogonal_",
         "sparse_",
-    )  # fmt: skip
+    )
 )
 _FILLS = frozenset(
     getattr(torch.Tensor, name)

@@ -62,8 +62,12 @@ class VramPlan:
         return (self.budget - self.vllm - OUTSIDE_ALLOCATOR) / self.total
 
     def describe(self) -> str:
-        parts = (("vLLM", self.vllm), ("weights", self.resident), ("flow arena", self.flow_arena),
-                 ("takes", self.takes))  # fmt: skip
+        parts = (
+            ("vLLM", self.vllm),
+            ("weights", self.resident),
+            ("flow arena", self.flow_arena),
+            ("takes", self.takes),
+        )
         return f"VRAM budget {self.budget / GIB:.1f} GiB: " + ", ".join(
             f"{n} {b / GIB:.1f}" for n, b in parts
         )

@@ -57,8 +57,13 @@ class HiftGraphs:
         weights = next(self.hift.parameters())
         inputs = (speech_feat, cache_source, noise.phase, noise.sine, noise.unused)
         key = (
-            speech_feat.device, batch, speech_feat.shape[2], cache_source.shape[2], speech_feat.dtype, weights.dtype
-        )  # fmt: skip
+            speech_feat.device,
+            batch,
+            speech_feat.shape[2],
+            cache_source.shape[2],
+            speech_feat.dtype,
+            weights.dtype,
+        )
         speech, source = self._graphs(key, (weights.data_ptr(), weights.dtype), inputs)
         return speech, source
 

@@ -325,8 +325,10 @@ class EstimatorSolver:
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             log.info(
                 "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
-                rows_total, cap, len(self._graphs),
-            )  # fmt: skip
+                rows_total,
+                cap,
+                len(self._graphs),
+            )
             arena = self._arena = None  # freed before the larger one is made, not beside it
             self._graphs.drop()  # the old arena's graphs die with it
             if device.type == "cuda":

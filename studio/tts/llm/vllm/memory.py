@@ -69,8 +69,12 @@ def vllm_memory(skeleton: Any, **vllm_options: Any) -> VllmMemory:
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     layers = skeleton.llm.model.model.layers
     norm = skeleton.llm.model.model.norm
-    exported = [*layers.parameters(), *norm.parameters(), *skeleton.speech_embedding.parameters(),
-                *skeleton.llm_decoder.parameters()]  # fmt: skip
+    exported = [
+        *layers.parameters(),
+        *norm.parameters(),
+        *skeleton.speech_embedding.parameters(),
+        *skeleton.llm_decoder.parameters(),
+    ]
     weights = sum(p.numel() for p in exported) * size
     kv_per_token = 2 * int(config.num_hidden_layers) * kv_heads * head_dim * size
     max_len = int(options["max_model_len"])

@@ -37,4 +37,4 @@ def warm_first_request(backend: VllmTokenBackend, tokens: int = 4) -> None:
     except Exception:  # noqa: BLE001 - a head start only
         log.warning("vLLM's warm-up request failed", exc_info=True)
         return
-    log.info("vLLM's first request (%d tokens) took %.2f s", produced, time.perf_counter() - started)  # fmt: skip
+    log.info("vLLM's first request (%d tokens) took %.2f s", produced, time.perf_counter() - started)
