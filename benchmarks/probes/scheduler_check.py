@@ -1,4 +1,4 @@
-"""GPU check of the chunk scheduler (tts/chunk_scheduler.py): its audio equals the takes' own threads' audio.
+"""GPU check of the chunk scheduler (tts/scheduler/): its audio equals the takes' own threads' audio.
 
 Loads the folder's flow and HiFT on CUDA (fp16 autocast as the studio runs them, CUDA graphs attached),
 then renders the same streamed takes (prompt of 75 tokens, 103 speech tokens, hop schedule of the studio)
