@@ -58,6 +58,7 @@ class ScriptTable(QTableWidget):
                 else QHeaderView.ResizeMode.ResizeToContents,
             )
         self.setItemDelegateForColumn(VOICE, VoiceDelegate(voice_names, self))
+        self.playing_row: int | None = None  # the row of the line playing (marked ▶, in bold)
         self._filling = False
         self.itemChanged.connect(self._on_item_changed)
 
@@ -65,6 +66,7 @@ class ScriptTable(QTableWidget):
     def set_lines(self, lines: list[ScriptLine]) -> None:
         self._filling = True
         self.setRowCount(0)
+        self.playing_row = None
         for line in lines:
             self._append(line.voice, line.text, line.instruction, line.paragraph_before)
         self._renumber()
@@ -131,7 +133,28 @@ class ScriptTable(QTableWidget):
     def _renumber(self) -> None:
         for row in range(self.rowCount()):
             item = self.item(row, NUMBER)
-            item.setText(("¶ " if item.data(PARAGRAPH_ROLE) else "") + str(row + 1))
+            marks = ("▶ " if row == self.playing_row else "") + ("¶ " if item.data(PARAGRAPH_ROLE) else "")
+            item.setText(marks + str(row + 1))
+
+    def set_playing(self, row: int | None) -> None:
+        """Mark the row of the line playing (▶ before its number, the row in bold); None: no line plays."""
+        if row is not None and not 0 <= row < self.rowCount():
+            row = None
+        if row == self.playing_row:
+            return
+        self._filling = True
+        for marked, bold in ((self.playing_row, False), (row, True)):
+            for column in range(self.columnCount() if marked is not None else 0):
+                item = self.item(marked, column)
+                if item is not None:
+                    font = item.font()
+                    font.setBold(bold)
+                    item.setFont(font)
+        self.playing_row = row
+        self._renumber()
+        self._filling = False
+        if row is not None:
+            self.scrollToItem(self.item(row, NUMBER))
 
     def lines(self) -> list[ScriptLine]:
         """The rows as lines (number = row + 1); an empty text or voice is a ScriptError naming the row."""

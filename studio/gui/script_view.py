@@ -1,6 +1,6 @@
 """The Script view: a long-form script as a table of lines, each with its saved voice; Render all sends
-them to the engine a few at a time, Retake gives one line a new seed, Play plays a line or from a line on,
-Export writes the lines, the joined track and subtitles in the chosen format and loudness. The script and
+them to the engine a few at a time, Retake gives one line a new seed, Play plays a line or from a line on
+(the row playing is marked; Space pauses, Esc stops), Export writes the lines, the joined track and subtitles in the chosen format and loudness. The script and
 its render live in a project folder (``data_dir()/scripts/NAME``); every edit is saved there at once."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
@@ -31,9 +30,8 @@ from studio.gui.export_folder import ExportFolder
 from studio.gui.flow_layout import FlowLayout
 from studio.gui.script_controller import ScriptController
 from studio.gui.script_export import ScriptExportBar
+from studio.gui.script_playback import ScriptPlayback
 from studio.gui.script_table import ScriptTable
-from studio.gui.transport import Clip
-from studio.script.assemble import Joiner
 from studio.script.parse import ScriptError, read_script
 from studio.script.project import SCRIPT_NAME, export_render, load_script, save_script
 
@@ -41,7 +39,6 @@ NO_VOICES = (
     "No saved voices yet: in Single take, record or import a voice and press Save voice…; "
     "lines name saved voices"
 )
-PLAY_FROM_LIMIT_S = 15 * 60  # "play from here" joins at most this much in memory
 
 
 def _button(text: str, tip: str = "") -> QPushButton:
@@ -58,12 +55,12 @@ class ScriptView(QWidget):
         super().__init__(parent)
         self.library, self.jobs, self.projects = library, jobs, projects
         self.folder: Path | None = None
-        self.transport = None  # set by the window once its playback exists
         self.export_folder = ExportFolder(parent=self)  # the window shares its own (kept in the settings)
         self.engine_ready = False
         self.exporting = False
         self.controller = ScriptController(bridge, library, self)
         self.table = ScriptTable(lambda: [v.name for v in library.list()])
+        self.playback = ScriptPlayback(self.table, self)
         self._edit_triggers = self.table.editTriggers()
         self._build()
         self._connect(bridge)
@@ -92,10 +89,11 @@ class ScriptView(QWidget):
         self.play_button = _button("▶ Line", "Play the selected line")
         self.play_from_button = _button("▶ From here", "Play from the selected line to the end")
         self.retake_button = _button("⟳ Retake", "Render the selected line again with a new seed")
+        self.stop_playing_button, self.play_position = self.playback.stop_button, self.playback.position
         tools = FlowLayout()
         for widget in (self.add_button, self.remove_button, self.undo_button, self.up_button, self.down_button,
                        self.voice_combo, self.set_voice_button, self.play_button, self.play_from_button,
-                       self.retake_button):  # fmt: skip
+                       self.stop_playing_button, self.retake_button, self.play_position):  # fmt: skip
             tools.addWidget(widget)
         self.render_button = _button("Render all", "Render every line not rendered yet (changed lines again)")
         self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
@@ -141,6 +139,10 @@ class ScriptView(QWidget):
         remove.activated.connect(lambda: self.remove_lines() if self.remove_button.isEnabled() else None)
         undo = QShortcut(QKeySequence.StandardKey.Undo, self.table, context=Qt.ShortcutContext.WidgetShortcut)
         undo.activated.connect(self.undo_remove)
+        escape = QShortcut(
+            QKeySequence(Qt.Key.Key_Escape), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut
+        )
+        escape.activated.connect(self.playback.stop)
         self.undo_button.clicked.connect(self.undo_remove)
         self.export_button.clicked.connect(lambda: self.export())
         self.table.sig_edited.connect(lambda _row: self._changed())
@@ -154,6 +156,7 @@ class ScriptView(QWidget):
     # -- projects ----------------------------------------------------------------------------------
     def open_project(self, folder: Path) -> None:
         """Show the script kept in ``folder`` (a new, empty one when there is none)."""
+        self.playback.stop()
         self.folder = Path(folder)
         self.removed = []
         self.undo_button.setVisible(False)
@@ -361,29 +364,28 @@ class ScriptView(QWidget):
         )
 
     # -- playing and exporting ---------------------------------------------------------------------
-    def play(self, to_end: bool) -> bool:
-        import soundfile as sf
+    @property
+    def transport(self):
+        """The window's transport (set once its playback exists): one clip plays at a time."""
+        return self.playback.transport
 
+    @transport.setter
+    def transport(self, transport) -> None:
+        self.playback.attach(transport)
+
+    def play(self, to_end: bool) -> bool:
+        """Play the selected line (``to_end``: and the lines after it); False when nothing plays."""
         rows = self.table.selected_rows()
         record = self._record(rows[0]) if len(rows) == 1 else None
-        if record is None or self.transport is None:
+        if record is None:
             return False
-        render = self.controller.render
-        if not to_end:
-            samples, rate = sf.read(self.folder / record.file, dtype="float32")
-            return self.transport.play(Clip(f"script:{record.key}:{record.seed}", samples, rate, record.file))
-        blocks: list[np.ndarray] = []
-        joiner = Joiner(blocks.append, render.rate)
-        for later in self.controller.records[record.number - 1 :]:
-            if not later.done or joiner.written > PLAY_FROM_LIMIT_S * render.rate:
-                break
-            samples, _rate = sf.read(self.folder / later.file, dtype="float32")
-            joiner.add(samples, render.gap_before(later))
-        joiner.close()
-        clip = Clip(
-            f"script-from:{record.number}:{record.key}", np.concatenate(blocks), render.rate, "script"
-        )
-        return self.transport.play(clip)
+        records, render = self.controller.records, self.controller.render
+        return self.playback.play(self.folder, render, records, record, to_end)
+
+    def on_space(self) -> None:
+        """Space in this view: pause or resume what plays, else play the selected line."""
+        if not self.playback.toggle():
+            self.play(to_end=False)
 
     def export(self, folder: str | None = None) -> None:
         """Into ``folder``/NAME (asked when not given), in the background; says where when done."""
