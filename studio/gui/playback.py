@@ -90,6 +90,8 @@ class Playback(QObject):
             focus.click()
         elif isinstance(focus, QComboBox):
             focus.showPopup()
+        elif self.window.script_view.isVisible():
+            self.window.script_view.on_space()  # the Script tab: its lines, not the preview's take
         else:
             self.transport.toggle(self.preview_clip)
 
