@@ -66,3 +66,16 @@ def test_benchmarks_top_level_holds_scripts_and_one_short_readme():
     assert others == [], "results go under benchmarks/results/DATE/"
     readme = (top / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) < 150, "the history goes to docs/perf-history.md"
+
+
+def test_the_gpu_runner_names_only_files_that_exist():
+    """scripts/gpu/run.sh runs on a lent GPU machine, where a renamed test or probe shows only as a lost step."""
+    runner = (ROOT / "scripts" / "gpu" / "run.sh").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w/.-])((?:tests|benchmarks|scripts)/[\w/.-]*\w)", runner))
+    named |= {
+        f"benchmarks/probes/{check}_check.py"
+        for check in re.findall(r"for check in ([\w ]+);", runner)[0].split()
+    }
+    placeholders = {path for path in named if re.search(r"/[A-Z]+(/|$)", path)}  # benchmarks/results/DATE
+    missing = sorted(path for path in named - placeholders if not (ROOT / path).exists())
+    assert missing == []
