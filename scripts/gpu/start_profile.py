@@ -1,4 +1,4 @@
-"""Where one engine start goes (issue 11, fast start), from the process's first line to its first take.
+"""Where one engine start goes, from the process's first line to its first take.
 
 One fresh process per run (a second engine in one process is not a start): imports, vLLM's fork of its
 engine core (or its absence: spawned), our weights, vLLM ready, warm-up. Logs at INFO with

@@ -1,4 +1,4 @@
-"""Where the milliseconds of one streamed take go: a Chrome trace and a timeline table (issue 11, item 5).
+"""Where the milliseconds of one streamed take go: a Chrome trace and a timeline table.
 
 Loads the model as `cosyvoice-studio bench` does (same prompt, text and exact token count), warms it up,
 then runs one take under torch.profiler (CPU ops and CUDA kernels) with named spans around each stage:
