@@ -22,6 +22,11 @@ STATE_COLOURS = {
 }
 
 
+def as_sentence(text: str) -> str:
+    """``text`` with a capital first letter (the engine words its details to follow a colon)."""
+    return text[:1].upper() + text[1:]
+
+
 def waiting_for_model(state: State) -> bool:
     """The engine process is up and idle because no model was asked for yet."""
     return state.state == EngineState.STARTING and "no model" in state.detail
@@ -34,7 +39,7 @@ def describe_state(state: State) -> str:
         return "Engine started · no model loaded yet" if waiting_for_model(state) else "Engine starting…"
     if kind == EngineState.LOADING:
         detail = state.detail.strip()
-        return (detail[:1].upper() + detail[1:] + "…") if detail else "Loading the model…"
+        return (as_sentence(detail) + "…") if detail else "Loading the model…"
     if kind == EngineState.WARMING:
         load = f" (loaded in {state.load_seconds:.1f} s)" if state.load_seconds is not None else ""
         return f"Warming up{load}…"
@@ -52,8 +57,7 @@ def describe_state(state: State) -> str:
     if kind == EngineState.ERROR:
         return f"Engine error: {state.detail}"
     if kind == EngineState.CRASHED:
-        detail = state.detail[:1].upper() + state.detail[1:]
-        return f"Engine crashed: {detail}"
+        return f"Engine crashed: {as_sentence(state.detail)}"
     return "Engine stopped"
 
 
@@ -144,10 +148,13 @@ class EngineStatus(QWidget):
             self.label.setText(f"Engine error: {error.message.splitlines()[0]}")
             self.dot.setStyleSheet(f"color: {STATE_COLOURS[EngineState.ERROR]};")
 
-    def show_details(self) -> None:
+    def show_details(self) -> QMessageBox | None:
+        """The last engine error in a dialog (non-blocking), its traceback or log lines under Details."""
         if self.last_error is None:
-            return
-        box = QMessageBox(QMessageBox.Icon.Warning, "Engine error", self.last_error.message, parent=self)
+            return None
+        message = as_sentence(self.last_error.message)
+        box = QMessageBox(QMessageBox.Icon.Warning, "Engine error", message, parent=self)
         if self.last_error.traceback:
             box.setDetailedText(self.last_error.traceback)
         box.open()
+        return box

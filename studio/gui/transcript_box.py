@@ -46,6 +46,7 @@ class TranscriptBox(QWidget):
         self.cross_lingual_button.hide()
         self.automatic = False
         self.language = ""  # the detected language code, once transcribed
+        self._unavailable_note = ""  # why there is no automatic transcript, shown while the line is empty
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addStretch(1)
@@ -60,7 +61,7 @@ class TranscriptBox(QWidget):
     def new_recording(self, transcribing: bool) -> None:
         """A new reference arrived: its old transcript no longer applies."""
         self.edit.clear()
-        self.automatic, self.language = False, ""
+        self.automatic, self.language, self._unavailable_note = False, "", ""
         self.cross_lingual_button.hide()
         self.status.setText("Transcribing…" if transcribing else "")
 
@@ -69,7 +70,7 @@ class TranscriptBox(QWidget):
 
     def set_automatic(self, text: str, language: str, language_name: str) -> None:
         """Fill in what the ASR heard (unless the user typed meanwhile), marked automatic."""
-        self.language = language
+        self.language, self._unavailable_note = language, ""
         if self.edit.text().strip() and not self.automatic:
             self.status.setText(f"Heard ({language_name}): “{text}” — your own transcript was kept")
             return
@@ -87,9 +88,13 @@ class TranscriptBox(QWidget):
             text = reason[:1].upper() + reason[1:]
         else:
             text = f"Type the transcript: {reason}"
-        self.status.setText(f"<span style='color:#ffb74d'>{text}</span>")
+        self._unavailable_note = f"<span style='color:#ffb74d'>{text}</span>"
+        if not self.edit.text().strip():
+            self.status.setText(self._unavailable_note)
 
-    def _on_user_edit(self, _text: str) -> None:
+    def _on_user_edit(self, text: str) -> None:
         if self.automatic:
             self.automatic = False
             self.status.setText("edited")
+        elif self._unavailable_note:  # the note asks for a transcript: gone while one is typed
+            self.status.setText("" if text.strip() else self._unavailable_note)

@@ -225,3 +225,18 @@ def test_the_finished_take_shows_the_latency_that_was_streamed_and_saved(window)
     window.on_take_finished(stats, take)
     assert "776 ms" in window.preview.stats.text() and "640" not in window.preview.stats.text()
     assert window.takes_panel.tree.topLevelItem(0).text(2) == "776 ms"  # the list says the same
+
+
+def test_the_engine_crash_dialog_starts_its_sentence_with_a_capital(qtbot):
+    from studio.engine.client import describe_exit
+    from studio.engine.protocol import Error
+    from studio.gui.engine_status import EngineStatus
+
+    status = EngineStatus()
+    qtbot.addWidget(status)
+    crash = f"{describe_exit(-9)}. The engine's last log lines are in the details."  # as the client words it
+    status.on_engine_error(Error(None, crash, "the log lines"))
+    box = status.show_details()
+    assert box.text().startswith("The engine process was killed by SIGKILL"), box.text()
+    assert box.detailedText() == "the log lines"
+    box.close()

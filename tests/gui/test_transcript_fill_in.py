@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 
 from studio.engine.protocol import Error, Transcript
 from studio.engine.warmup import synthetic_voice
@@ -103,6 +104,11 @@ def test_without_a_model_the_panel_says_to_type_the_transcript(studio, qtbot):
     request = _record(panel, qtbot, bridge)
     bridge.sig_error.emit(Error(request.request_id, "the ASR model x is not on this computer"))
     assert "Type the transcript" in panel.transcript_box.status.text() and panel.transcript.text() == ""
+    qtbot.keyClicks(panel.transcript, "my own words")
+    assert panel.transcript_box.status.text() == ""  # the note is answered once a transcript is typed
+    panel.transcript.selectAll()
+    qtbot.keyClick(panel.transcript, Qt.Key.Key_Delete)
+    assert "Type the transcript" in panel.transcript_box.status.text()  # empty again: the note is back
     model["asr"] = ""
     transcripts.request(np.ones(1600, np.float32), 16000)
     assert "no ASR model is configured" in panel.transcript_box.status.text()
