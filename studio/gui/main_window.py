@@ -27,6 +27,7 @@ from studio.gui.gpu_panel import GpuPanel
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.playback import Playback
 from studio.gui.preview import PreviewPanel
+from studio.gui.reference_draft import DraftStore
 from studio.gui.script_view import ScriptView
 from studio.gui.session import SessionKeeper, take_state
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
@@ -79,7 +80,8 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._notices: list[QMessageBox] = []  # open non-blocking notices (kept alive until closed)
 
-        self.voice_panel = VoicePanel(self.voices, self.jobs)
+        drafts = DraftStore(data_dir(create=False) / "unsaved-recording")
+        self.voice_panel = VoicePanel(self.voices, self.jobs, drafts=drafts)
         self.voice_panel.auto_transcribe = bool(settings.asr_model)
         self.text_panel = TextPanel()
         self.preview = PreviewPanel()

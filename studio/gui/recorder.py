@@ -11,7 +11,9 @@ import numpy as np
 from PySide6.QtCore import QIODevice, QObject, QTimer, Signal
 from PySide6.QtMultimedia import QAudioDevice, QAudioFormat, QAudioSource, QMediaDevices, QtAudio
 
-MAX_SECONDS = 30.0
+from studio.request import MAX_PROMPT_SECONDS
+
+MAX_SECONDS = MAX_PROMPT_SECONDS  # a recording never needs cutting to fit the prompt limit
 DRAIN_INTERVAL_MS = 30
 
 _DTYPES = {

@@ -8,14 +8,15 @@ import numpy as np
 AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3 *.aif *.aiff);;All files (*)"
 
 
-def clean_recording(samples: np.ndarray, sample_rate: int, denoise: bool):
+def clean_recording(samples: np.ndarray, sample_rate: int, denoise: bool, name: str = "the recording"):
     """Run the audio core's prompt cleanup (worker thread): a CleanResult (16 kHz samples + report).
 
     Over-long recordings are cut at the best pause the audio core offers (the model takes at most 30 s).
+    ``name`` is what error messages call the recording (an imported file's name).
     """
     from studio.audio.clean import CleanOptions, clean_prompt
 
-    return clean_prompt(samples, sample_rate, CleanOptions(denoise=denoise, cut="auto"))
+    return clean_prompt(samples, sample_rate, CleanOptions(denoise=denoise, cut="auto"), name=name)
 
 
 def summarise_report(report) -> str:

@@ -1,8 +1,8 @@
 """The studio's working state survives a restart (and a crash of the GUI itself): the text, mode,
 instruction, speed, seed, Reduce noise, the picked saved voice, the export format, the view shown and the
-Script view's options are kept in the
-settings (``extra["session"]``), written atomically at most a second after each change and at close,
-and restored when the window opens."""
+Script view's options are kept in the settings (``extra["session"]``), written atomically at most a second
+after each change and at close, and restored when the window opens. The voice "" is the unsaved recording,
+which the voice panel keeps on disk itself (`studio.gui.reference_draft`) and shows when it opens."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class SessionKeeper(QObject):
         for signal in (
             text.editor.textChanged, text.mode.currentIndexChanged, text.instruct.textChanged,
             text.speed.valueChanged, text.seed.valueChanged, text.random_seed.toggled,
-            voice.denoise_prompt.toggled, voice.saved.currentIndexChanged,
+            voice.denoise_prompt.toggled, voice.saved.currentIndexChanged, voice.transcript.textChanged,
             window.takes_panel.export_format.currentIndexChanged,
             window.script_view.export_bar.sig_changed, window.script_view.at_once.valueChanged,
             window.views.currentChanged,
@@ -60,8 +60,9 @@ class SessionKeeper(QObject):
         self._timer.start()  # restarts: one write per pause in typing
 
     def flush(self) -> None:
-        """Write the state now (if it changed)."""
+        """Write the state now (if it changed), and the unsaved recording's transcript with it."""
         self._timer.stop()
+        self.window.voice_panel.keep_draft()
         state = self.capture()
         settings = self.window.settings
         if settings.extra.get(SESSION_KEY) != state:

@@ -1,6 +1,7 @@
 """The voice panel: record (device picker, level meter, timer, 30 s limit) or import (dialog or drag and
 drop) a reference voice, clean it with the audio core (before/after waveforms, playback of both), type its
-transcript, save it as a named voice, or pick a saved one."""
+transcript, save it as a named voice, or pick a saved one. A reference not saved yet is kept on disk as
+the unsaved recording (`studio.gui.reference_draft`) and listed first among the saved voices."""
 
 from __future__ import annotations
 
@@ -12,27 +13,20 @@ import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtMultimedia import QMediaDevices
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QFileDialog,
-    QGridLayout,
-    QHBoxLayout,
     QInputDialog,
-    QLabel,
     QMessageBox,
-    QProgressBar,
-    QPushButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from studio.atomic_files import DiskError
 from studio.gui.jobs import BackgroundJobs
-from studio.gui.recorder import MAX_SECONDS, Recorder
+from studio.gui.recorder import Recorder
 from studio.gui.reference_audio import AUDIO_FILTER, clean_recording, load_file, summarise_report
-from studio.gui.transcript_box import TranscriptBox, quality_html
+from studio.gui.reference_draft import DraftStore, ReferenceDraft
+from studio.gui.transcript_box import quality_html
 from studio.gui.transport import Clip
-from studio.gui.waveform import WaveformView
+from studio.gui.voice_layout import START_HINT, build_voice_panel
 from studio.voices import VoiceError, VoiceExistsError, VoiceLibrary
 
 
@@ -59,7 +53,13 @@ class VoicePanel(QWidget):
     sig_reference_ready = Signal(object, int)
     """A new recording was cleaned: (16 kHz float32 samples, rate) to transcribe."""
 
-    def __init__(self, library: VoiceLibrary, jobs: BackgroundJobs, parent: QWidget | None = None):
+    def __init__(
+        self,
+        library: VoiceLibrary,
+        jobs: BackgroundJobs,
+        parent: QWidget | None = None,
+        drafts: DraftStore | None = None,
+    ):
         super().__init__(parent)
         self.setObjectName("VoicePanel")
         self.setAcceptDrops(True)
@@ -74,102 +74,24 @@ class VoicePanel(QWidget):
         self._cleaned: tuple[np.ndarray, int] | None = None
         self._voice_name = ""
         self._voice_id = ""
+        self.drafts = drafts if drafts is not None else DraftStore(None)  # keeps the unsaved recording
+        self.draft: ReferenceDraft | None = None
         self._clean_generation = 0
         self._fresh_recording = False  # the next cleaning result is a new recording: transcribe it
         self._saved_original: tuple[np.ndarray, int] | None = None  # a picked saved voice's recording
         self._generation = {"original": 0, "cleaned": 0}  # which version of each is shown (playheads)
 
-        title = QLabel("Voice")
-        title.setObjectName("PanelTitle")
-        self.saved = QComboBox()
-        self.saved.setToolTip("Saved voices")
-        self.saved.activated.connect(self.on_pick_saved)
-        self.delete_voice_button = QPushButton("Delete")
-        self.delete_voice_button.clicked.connect(self.delete_current_voice)
-
-        self.input_device = QComboBox()
-        self.input_device.setToolTip("Microphone")
-        self.record_button = QPushButton("● Record")
-        self.record_button.setObjectName("RecordButton")
-        self.record_button.setCheckable(True)
-        self.record_button.toggled.connect(self.on_record_toggled)
-        self.import_button = QPushButton("Import…")
-        self.import_button.setToolTip("Import a recording (or drop an audio file here)")
-        self.import_button.clicked.connect(self.choose_file)
-        self.level = QProgressBar()
-        self.level.setObjectName("LevelMeter")
-        self.level.setRange(-60, 0)
-        self.level.setValue(-60)
-        self.level.setTextVisible(False)
-        self.level.setMaximumHeight(10)
-        self.timer_label = QLabel(f"0.0 / {MAX_SECONDS:.0f} s")
-        self.timer_label.setObjectName("Timer")
-
-        self.before = WaveformView(color="#90a4ae", height=70)
-        self.after = WaveformView(color="#4fc3f7", height=70)
-        self.play_before = QPushButton("▶ Original")
-        self.play_before.clicked.connect(lambda: self._play("original"))
-        self.play_after = QPushButton("▶ Cleaned")
-        self.play_after.clicked.connect(lambda: self._play("cleaned"))
-        self.denoise_prompt = QCheckBox("Reduce noise")
-        self.denoise_prompt.setToolTip("Also run noise reduction while cleaning the recording")
-        self.denoise_prompt.toggled.connect(lambda _on: self.reclean())
-        self.report = QLabel("Record or import 3–30 s of clear speech.")
-        self.report.setObjectName("Hint")
-        self.report.setWordWrap(True)
-        self.quality = QLabel("")
-        self.quality.setObjectName("Quality")
-        self.quality.setWordWrap(True)
-        self.transcript_box = TranscriptBox()
-        self.transcript_box.sig_retranscribe.connect(self.retranscribe)
-        self.transcript = self.transcript_box.edit
-        self.transcript.textChanged.connect(lambda _t: self.sig_prompt_changed.emit())
         self.auto_transcribe = True  # the window turns it off when no ASR model is configured
-        self.save_button = QPushButton("Save voice…")
-        self.save_button.clicked.connect(self.save_voice_dialog)
-
-        grid = QGridLayout()
-        grid.addWidget(QLabel("Saved"), 0, 0)
-        saved_row = QHBoxLayout()
-        saved_row.addWidget(self.saved, 1)
-        saved_row.addWidget(self.delete_voice_button)
-        grid.addLayout(saved_row, 0, 1)
-        grid.addWidget(QLabel("Mic"), 1, 0)
-        grid.addWidget(self.input_device, 1, 1)
-        record_row = QHBoxLayout()
-        record_row.addWidget(self.record_button)
-        record_row.addWidget(self.import_button)
-        record_row.addWidget(self.timer_label)
-        grid.addLayout(record_row, 2, 1)
-        grid.addWidget(self.level, 3, 1)
-        grid.setColumnStretch(1, 1)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(title)
-        layout.addLayout(grid)
-        for label, view in (("Original", self.before), ("Cleaned", self.after)):
-            caption = QLabel(label)
-            caption.setObjectName("Caption")
-            layout.addWidget(caption)
-            layout.addWidget(view)
-        play_row = QHBoxLayout()
-        play_row.addWidget(self.play_before)
-        play_row.addWidget(self.play_after)
-        play_row.addStretch(1)
-        play_row.addWidget(self.denoise_prompt)
-        layout.addLayout(play_row)
-        layout.addWidget(self.report)
-        layout.addWidget(self.quality)
-        layout.addWidget(QLabel("Transcript"))
-        layout.addWidget(self.transcript_box)
-        layout.addWidget(self.save_button)
-        layout.addStretch(1)
+        build_voice_panel(self)
 
         self._media = QMediaDevices(self)  # follows microphones being plugged in or out
         self._media.audioInputsChanged.connect(lambda: self.refresh_devices(self.input_device.currentText()))
         self.refresh_devices()
         self.refresh_voices()
         self._update_buttons()
+        draft = self.drafts.load()
+        if draft is not None:
+            self.show_draft(draft)
 
     # -- devices and saved voices ----------------------------------------------------------------------
     def refresh_devices(self, preferred: str = "") -> None:
@@ -185,7 +107,7 @@ class VoicePanel(QWidget):
 
     def refresh_voices(self, select: str = "") -> None:
         self.saved.clear()
-        self.saved.addItem("— new recording —", "")
+        self.saved.addItem(self._draft_label(), "")
         for voice in self.library.list():
             self.saved.addItem(f"{voice.name} ({voice.duration_s:.1f} s)", voice.slug)
             if voice.slug == select:
@@ -195,6 +117,8 @@ class VoicePanel(QWidget):
     def on_pick_saved(self, index: int) -> None:
         slug = self.saved.itemData(index)
         if not slug:
+            if self.draft is not None and not self.showing_draft:
+                self.show_draft(self.draft)
             return
         try:
             audio, rate, transcript = self.library.load_prompt(slug)
@@ -225,6 +149,7 @@ class VoicePanel(QWidget):
     def delete_current_voice(self) -> None:
         slug = self.saved.currentData()
         if not slug:
+            self.discard_draft_dialog()
             return
         answer = QMessageBox.question(
             self, "Delete voice", f"Delete the saved voice {self.saved.currentText()}?"
@@ -259,7 +184,7 @@ class VoicePanel(QWidget):
         if audio.size == 0:
             self.report.setText("Nothing was recorded.")
             return
-        self.set_recording(audio, sample_rate, origin="recording")
+        self.set_recording(audio, sample_rate, recorded=True)
 
     # -- import --------------------------------------------------------------------------------------
     def choose_file(self) -> None:
@@ -291,18 +216,25 @@ class VoicePanel(QWidget):
                 return
 
     # -- cleanup -------------------------------------------------------------------------------------
-    def set_recording(self, audio: np.ndarray, sample_rate: int, origin: str = "") -> None:
-        """A new original (recorded or imported): show it and clean it in the background."""
+    def set_recording(
+        self, audio: np.ndarray, sample_rate: int, origin: str = "", recorded: bool = False
+    ) -> None:
+        """A new original, recorded or imported (``origin``: its file name): the unsaved recording from now
+        on, kept on disk at once, shown and cleaned in the background."""
+        self.draft = ReferenceDraft((np.asarray(audio, dtype=np.float32), int(sample_rate)), origin=origin)
+        self.drafts.track(self.draft)
+        self._keep_draft_in_background()
+        self.saved.setItemText(0, self._draft_label())
         self.saved.setCurrentIndex(0)
         self._voice_name = ""
         self._voice_id = ""
-        self._original = (np.asarray(audio, dtype=np.float32), int(sample_rate))
+        self._original = self.draft.original
         self._saved_original = None
         self._cleaned = None
         self._bump("original", "cleaned")
         self.before.set_audio(audio, sample_rate)
         self.after.clear_audio()
-        if origin != "recording":  # D1: an import never shows the last recording's timer
+        if not recorded:  # an import never shows the last recording's timer
             self.timer_label.setText(f"0.0 / {self.recorder.max_seconds:.0f} s")
         self.quality.setText("")
         self.transcript_box.new_recording(transcribing=self.auto_transcribe)
@@ -317,11 +249,13 @@ class VoicePanel(QWidget):
         self._clean_generation += 1
         generation = self._clean_generation
         audio, rate = self._original
+        name = self.draft.origin if self.showing_draft and self.draft.origin else "the recording"
         self.jobs.submit(
             clean_recording,
             audio,
             rate,
             self.denoise_prompt.isChecked(),
+            name,
             callback=lambda result=None, error=None: self._on_cleaned(generation, result, error),
         )
 
@@ -341,6 +275,12 @@ class VoicePanel(QWidget):
         self.report.setText(summarise_report(result.report))
         self.report.setToolTip(result.report.text())
         self.quality.setText(quality_html(result.quality))
+        if self.showing_draft:
+            self.draft.set_cleaned(
+                result.samples, result.sample_rate, self.report.text(), self.quality.text()
+            )
+            self.saved.setItemText(0, self._draft_label())  # the prompt's length, as saved voices show
+            self._keep_draft_in_background()
         self._update_buttons()
         self.sig_prompt_changed.emit()
         if self._fresh_recording and self.auto_transcribe:
@@ -381,11 +321,91 @@ class VoicePanel(QWidget):
         except VoiceError as exc:
             QMessageBox.warning(self, "Save voice", str(exc))
             return False
+        if self.showing_draft:  # in the library now: no longer an unsaved recording
+            self.draft = None
+            self.drafts.discard()
         self._voice_name = voice.name
         self._voice_id = voice.slug
         self.refresh_voices(select=voice.slug)
         self.sig_message.emit(f"Saved the voice “{voice.name}”")
         return True
+
+    # -- the unsaved recording -------------------------------------------------------------------------
+    @property
+    def showing_draft(self) -> bool:
+        """The reference shown is the unsaved recording."""
+        return self.draft is not None and self._original is self.draft.original
+
+    def _draft_label(self) -> str:
+        if self.draft is None:
+            return "— new recording —"
+        return f"— unsaved recording ({self.draft.duration_s:.1f} s) —"
+
+    def show_draft(self, draft: ReferenceDraft) -> None:
+        """Show the unsaved recording again (at start, or picked after a saved voice)."""
+        self.draft = draft
+        self._voice_name = self._voice_id = ""
+        self._original, self._saved_original, self._cleaned = draft.original, None, draft.cleaned
+        self._bump("original", "cleaned")
+        self.before.set_audio(*draft.original)
+        if draft.cleaned is not None:
+            self.after.set_audio(*draft.cleaned)
+        else:
+            self.after.clear_audio()
+        transcript = draft.transcript  # clearing the line below empties the draft's transcript
+        self.transcript_box.new_recording(transcribing=False)
+        self.transcript.setText(transcript)
+        self.report.setText(draft.report or "The unsaved recording: Save voice… keeps it in the library.")
+        self.quality.setText(draft.quality)
+        self._fresh_recording = False
+        self.saved.setItemText(0, self._draft_label())
+        self.saved.setCurrentIndex(0)
+        if draft.cleaned is None:
+            self.reclean()
+        self._update_buttons()
+        self.sig_prompt_changed.emit()
+
+    def discard_draft_dialog(self) -> None:
+        if not self.showing_draft:
+            return
+        answer = QMessageBox.question(
+            self, "Discard recording", "Discard the unsaved recording? It is not saved as a voice."
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.draft = None
+            self.drafts.discard()
+            self._original = self._cleaned = None
+            self._clean_generation += 1  # a cleaning still running is for the discarded recording
+            self._bump("original", "cleaned")
+            self.before.clear_audio()
+            self.after.clear_audio()
+            self.transcript_box.new_recording(transcribing=False)
+            self.quality.setText("")
+            self.report.setText(START_HINT)
+            self.refresh_voices()
+            self.sig_prompt_changed.emit()
+
+    def on_transcript_changed(self, text: str) -> None:
+        if self.showing_draft:
+            self.draft.transcript = text  # written with the session (`keep_draft`)
+        self.sig_prompt_changed.emit()
+
+    def _keep_draft_in_background(self) -> None:
+        self.jobs.submit(self.drafts.save, self.draft, callback=self._on_draft_kept)
+
+    def keep_draft(self) -> None:
+        """Write the unsaved recording now (its transcript changes with the session; at close)."""
+        if self.draft is not None:
+            try:
+                self.drafts.save(self.draft)
+            except DiskError as exc:
+                self._on_draft_kept(error=exc)
+
+    def _on_draft_kept(self, result=None, error=None) -> None:
+        if isinstance(error, DiskError):
+            self.sig_message.emit(error.explain("the unsaved recording is kept only until the studio closes"))
+        elif error is not None:
+            raise error
 
     # -- state ---------------------------------------------------------------------------------------
     def current_prompt(self) -> Prompt | None:
@@ -408,7 +428,7 @@ class VoicePanel(QWidget):
         for name in which:
             self._generation[name] += 1
 
-    def _play(self, which: str) -> None:
+    def play_reference(self, which: str) -> None:
         clip = self.reference_clip(which)
         if clip is not None:
             self.sig_play.emit(clip)
@@ -417,7 +437,7 @@ class VoicePanel(QWidget):
         self.play_before.setEnabled(self._original is not None or self._saved_original is not None)
         self.play_after.setEnabled(self._cleaned is not None)
         self.save_button.setEnabled(self._cleaned is not None)
-        self.delete_voice_button.setEnabled(bool(self.saved.currentData()))
+        self.delete_voice_button.setEnabled(bool(self.saved.currentData()) or self.showing_draft)
         self.transcript_box.set_transcribable(self._cleaned is not None and self.auto_transcribe)
 
     def stop(self) -> None:

@@ -76,3 +76,14 @@ def test_an_unreadable_file_shows_the_audio_core_error(panel, qtbot, tmp_path):
     panel.import_file(str(bad))
     qtbot.waitUntil(lambda: "e57373" in panel.report.text(), timeout=10_000)
     assert panel.current_prompt() is None
+
+
+def test_the_panel_gives_the_one_length_advice_and_names_an_imported_file(panel, qtbot, tmp_path):
+    from studio.request import PROMPT_LENGTH_ADVICE
+
+    assert PROMPT_LENGTH_ADVICE in panel.report.text()
+    hiss = tmp_path / "hiss.wav"
+    sf.write(hiss, (0.05 * np.random.default_rng(1).standard_normal(16000 * 3)).astype(np.float32), 16000)
+    panel.import_file(str(hiss))
+    qtbot.waitUntil(lambda: "No speech" in panel.report.text(), timeout=30_000)
+    assert "No speech was found in hiss.wav;" in panel.report.text(), panel.report.text()
