@@ -16,8 +16,15 @@ from fastapi.responses import Response, StreamingResponse
 
 from studio.serve.cancellation import with_cancellation
 from studio.serve.formats import FORMATS, STREAMABLE, encode
-from studio.serve.protocol import MAX_ID_CHARS, MAX_TRANSCRIPT_CHARS, SpeechBody, VoicePatch, check_text
-from studio.serve.service import ServiceError, SpeechRequest, SpeechService
+from studio.serve.protocol import (
+    MAX_ID_CHARS,
+    MAX_TRANSCRIPT_CHARS,
+    ServiceError,
+    SpeechBody,
+    VoicePatch,
+    check_text,
+)
+from studio.serve.service import SpeechService
 from studio.serve.sse import audio_bytes, primed, sse_events
 
 log = logging.getLogger("studio.serve")
@@ -63,8 +70,7 @@ async def speech(body: SpeechBody, request: Request):
         raise ServiceError(422, f"streaming needs response_format {' or '.join(STREAMABLE)}", "stream")
     if sse and body.stream is False:
         raise ServiceError(422, 'stream_format "sse" streams events: leave out "stream": false', "stream")
-    asked = SpeechRequest(**body.speech_fields(), request_id=request.state.request_id)
-    take = await off_loop(request, service.synthesize_request, asked)
+    take = await off_loop(request, service.synthesize_request, body, request.state.request_id)
     service.check_queue()  # a 503 with Retry-After when too many takes already wait
     media = FORMATS[fmt][0]
     rate = service.sample_rate

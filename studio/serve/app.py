@@ -16,8 +16,8 @@ from starlette.exceptions import HTTPException
 from studio.serve import realtime
 from studio.serve.api_router import CPU_JOBS, router
 from studio.serve.guard import Guard
-from studio.serve.protocol import error_response
-from studio.serve.service import ServiceError, SpeechService
+from studio.serve.protocol import ServiceError, error_response
+from studio.serve.service import SpeechService
 
 
 def create_app(
@@ -33,22 +33,26 @@ def create_app(
     app.include_router(router)
     app.include_router(realtime.router)  # the WebSocket /v1/audio/speech/stream
 
-    @app.exception_handler(ServiceError)
-    async def service_error(_request: Request, exc: ServiceError):
-        return error_response(exc.status, str(exc), exc.param, exc.headers, exc.code)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_request: Request, exc: HTTPException):
-        """Unknown routes, wrong methods, bodies over their limit: in the API's error shape."""
-        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError):
-        """A field of the wrong type or range, in the API's error shape, naming the field."""
-        first = (exc.errors() or [{}])[0]
-        where = [str(part) for part in first.get("loc", ()) if part != "body"]
-        param = ".".join(where) if first.get("type") != "json_invalid" else None
-        message = str(first.get("msg", "is not valid")).removeprefix("Value error, ")
-        return error_response(422, f"{param or 'the request body'}: {message}", param or None)
-
+    app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_body)
     return app
+
+
+async def service_error(_request: Request, exc: ServiceError):
+    """A request the service refused, in the API's error shape."""
+    return error_response(exc.status, str(exc), exc.param, exc.headers, exc.code)
+
+
+async def http_error(_request: Request, exc: HTTPException):
+    """Unknown routes, wrong methods, bodies over their limit: in the API's error shape."""
+    return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+async def invalid_body(_request: Request, exc: RequestValidationError):
+    """A field of the wrong type or range, in the API's error shape, naming the field."""
+    first = (exc.errors() or [{}])[0]
+    where = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(where) if first.get("type") != "json_invalid" else None
+    message = str(first.get("msg", "is not valid")).removeprefix("Value error, ")
+    return error_response(422, f"{param or 'the request body'}: {message}", param or None)

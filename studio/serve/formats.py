@@ -8,7 +8,7 @@ import struct
 
 import numpy as np
 
-from studio.serve.service import ServiceError
+from studio.serve.protocol import ServiceError
 
 #: response_format -> (media type, libsndfile container, subtype); "pcm" is raw s16le, no container
 FORMATS = {

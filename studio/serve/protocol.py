@@ -1,4 +1,4 @@
-"""The API's request models and its error shape: every text field has a length cap and refuses control
+"""The API's request models, its refusals (`ServiceError`) and its error shape: every text field has a length cap and refuses control
 characters and lone surrogates, numbers have ranges, and every refusal is OpenAI's
 ``{"error": {"message", "type", "param", "code"}}`` naming the field."""
 
@@ -70,12 +70,30 @@ Text = Annotated[str, AfterValidator(check_text)]
 Line = Annotated[str, AfterValidator(_line)]
 
 
+class ServiceError(Exception):
+    """A request the service refuses: ``status`` is the HTTP status, the message says why; ``headers`` go
+    with the answer (``Retry-After`` on a busy server), ``code`` replaces the status's usual one."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        *,
+        headers: dict | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.param, self.headers, self.code = status, param, headers, code
+
+
 class SpeechBody(BaseModel):
     """``POST /v1/audio/speech``: OpenAI's fields (``voice`` a name or ``{"id": ...}``; ``stream_format``),
     plus the studio's ``reference_audio``/``reference_text`` (a voice sent with the request), ``seed``,
     ``stream`` (default: stream the streamable formats, as OpenAI does) and ``first_hop_tokens``; and
     vLLM-Omni's ``ref_audio``/``ref_text`` (the same as the studio's), ``task_type`` and ``language``
-    (accepted, unused: the mode follows from the fields sent and CosyVoice reads the language off the text)."""
+    (accepted, unused: the mode follows from the fields sent and CosyVoice reads the language off the text).
+    The one request model: the service takes it as it came (`SpeechService.synthesize_request`)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -103,10 +121,6 @@ class SpeechBody(BaseModel):
         self.reference_audio = self.reference_audio or self.ref_audio
         self.reference_text = self.reference_text or self.ref_text
         return self
-
-    def speech_fields(self) -> dict:
-        """The fields `studio.serve.service.SpeechRequest` takes."""
-        return self.model_dump(exclude={"ref_audio", "ref_text", "task_type", "language", "stream_format"})
 
 
 class VoicePatch(BaseModel):

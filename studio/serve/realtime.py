@@ -26,11 +26,13 @@ from studio.serve.protocol import (
     MAX_INPUT_CHARS,
     MAX_INSTRUCTIONS_CHARS,
     MAX_SEED,
+    ServiceError,
+    SpeechBody,
     check_text,
     error_json,
     speakable,
 )
-from studio.serve.service import ServiceError, SpeechRequest, SpeechService
+from studio.serve.service import SpeechService
 
 log = logging.getLogger("studio.serve")
 router = APIRouter()
@@ -240,9 +242,11 @@ class Session:
 
     async def speak(self, segment: Segment) -> None:
         settings = segment.settings
-        asked = SpeechRequest(input=segment.text, **settings, request_id=f"{self.id}-{segment.number}")
+        asked = SpeechBody.model_construct(input=segment.text, **settings)  # `update` checked the settings
         try:
-            take = await asyncio.to_thread(self.service.synthesize_request, asked)
+            take = await asyncio.to_thread(
+                self.service.synthesize_request, asked, f"{self.id}-{segment.number}"
+            )
             self.service.check_queue()
         except ServiceError as exc:
             await self.error(str(exc), exc.param, exc.code, exc.status, segment=segment.number)

@@ -12,15 +12,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from studio.engine.protocol import Synthesize
 from studio.request import Mode, RequestError
 from studio.serve.metrics import Metrics
-from studio.serve.protocol import MAX_INPUT_CHARS
+from studio.serve.protocol import MAX_INPUT_CHARS, ServiceError, SpeechBody
 from studio.voices import Voice, VoiceError, VoiceLibrary, folded
 
 log = logging.getLogger("studio.serve")
@@ -34,42 +32,6 @@ API_FIELDS = {
     "prompt_text": "reference_text",
     "instruct": "instructions",
 }
-
-
-class ServiceError(Exception):
-    """A request the service refuses: ``status`` is the HTTP status, the message says why; ``headers`` go
-    with the answer (``Retry-After`` on a busy server), ``code`` replaces the status's usual one."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        *,
-        headers: dict | None = None,
-        code: str | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.param, self.headers, self.code = status, param, headers, code
-
-
-@dataclass
-class SpeechRequest:
-    """The fields of OpenAI's speech request the studio uses (plus ``instructions``, ``seed``, ``stream``)."""
-
-    input: str
-    voice: str
-    model: str = "cosyvoice2"
-    response_format: str = "wav"
-    speed: float = 1.0
-    instructions: str = ""
-    seed: int | None = None
-    stream: bool | None = None  # None: as the format allows (`studio.serve.api_router`)
-    reference_audio: str = ""  # base64 audio file: a voice sent with the request (the studio's remote engine)
-    reference_text: str = ""
-    first_hop_tokens: int = 0  # the first streamed chunk after N speech tokens (0: upstream's schedule)
-    request_id: str = ""  # the HTTP request's id, carried by the take into the logs ("" = a new one)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class SpeechService:
@@ -158,8 +120,9 @@ class SpeechService:
         return output_rate(self.loaded.model)
 
     # -- requests --------------------------------------------------------------------------------
-    def synthesize_request(self, body: SpeechRequest) -> Synthesize:
-        """The studio's take for an API request; a ServiceError (404/422/503) says what is wrong."""
+    def synthesize_request(self, body: SpeechBody, request_id: str = "") -> Synthesize:
+        """The studio's take for an API request (``request_id``: the HTTP request's, carried by the take
+        into the logs; "" = a new one); a ServiceError (404/422/503) says what is wrong."""
         if self.state != "ready":
             raise ServiceError(503, f"the engine is {self.state}" + (f": {self.error}" if self.error else ""))
         text = (body.input or "").strip()
@@ -172,7 +135,7 @@ class SpeechService:
         prompt, prompt_rate, transcript = self._voice(body)
         spoken = Mode.ZERO_SHOT if transcript else Mode.CROSS_LINGUAL
         mode = Mode.INSTRUCT if body.instructions.strip() else spoken
-        ids = {"request_id": body.request_id} if body.request_id else {}
+        ids = {"request_id": request_id} if request_id else {}
         try:
             return Synthesize(
                 text,
@@ -190,7 +153,7 @@ class SpeechService:
         except RequestError as exc:
             raise ServiceError(422, str(exc), API_FIELDS.get(exc.field, exc.field)) from None
 
-    def _voice(self, body: SpeechRequest) -> tuple[np.ndarray, int, str]:
+    def _voice(self, body: SpeechBody) -> tuple[np.ndarray, int, str]:
         """(prompt audio, its rate, transcript) of the reference sent (it wins over ``voice``), or of the
         library voice named, directly or through an alias; an unknown voice is OpenAI's 400 naming it."""
         if body.reference_audio:

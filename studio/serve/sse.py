@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from studio.serve.formats import STREAMABLE, encode, pcm16, wav_stream_header
-from studio.serve.protocol import error_json
-from studio.serve.service import ServiceError
+from studio.serve.protocol import ServiceError, error_json
 
 log = logging.getLogger("studio.serve")
 

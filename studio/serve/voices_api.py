@@ -4,7 +4,7 @@ in the studio's voice library."""
 
 from __future__ import annotations
 
-from studio.serve.service import ServiceError
+from studio.serve.protocol import ServiceError
 from studio.voices import Voice, VoiceBusyError, VoiceError, VoiceExistsError, check_name
 
 MAX_UPLOAD_SECONDS = 120.0
