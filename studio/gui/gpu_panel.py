@@ -10,15 +10,17 @@ from collections.abc import Callable
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout, QWidget
 
 from studio.gpu.nvml import GpuSnapshot, NvmlUnavailable, process_tree_memory, query_gpus
 from studio.gpu.procs import descendants
+from studio.gui.elided_label import ElidedLabel, WrappedLabel
 
 SAMPLE_INTERVAL_MS = 500
 WINDOW_SECONDS = 300.0
 PROCESS_TREE_REFRESH_S = 5.0
 GIB = float(1 << 30)
+WHOLE_GPU_COLOR, ENGINE_COLOR, BUSY_COLOR = "#4fc3f7", "#ffb74d", "#81c784"
 
 
 class GpuPanel(QWidget):
@@ -40,39 +42,39 @@ class GpuPanel(QWidget):
         self._marks: list[tuple[float, pg.InfiniteLine, pg.InfiniteLine]] = []
         self.unavailable_reason = ""
 
-        self._title = QLabel("GPU")
+        self._title = ElidedLabel("GPU", mode=Qt.TextElideMode.ElideRight)  # a long GPU name never widens it
         self._title.setObjectName("PanelTitle")
         self._gpu_choice = QComboBox()
         self._gpu_choice.hide()
         self._gpu_choice.currentIndexChanged.connect(lambda _i: self._history.clear())
-        self._figures = QLabel("")
+        self._figures = WrappedLabel("")  # wraps in a narrow column instead of widening the window
         self._figures.setObjectName("GpuFigures")
-        self._no_gpu = QLabel("")
+        self._no_gpu = WrappedLabel("")
         self._no_gpu.setObjectName("NoGpu")
-        self._no_gpu.setWordWrap(True)
         self._no_gpu.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._no_gpu.hide()
 
+        # the figures line, in the curves' colours, is their legend (a legend box would hide a short plot)
         self._memory_plot = self._make_plot("Memory", "GiB")
-        self._memory_plot.addLegend(offset=(8, 4), labelTextSize="8pt")
-        self._gpu_curve = self._memory_plot.plot(name="whole GPU", pen=pg.mkPen("#4fc3f7", width=2))
-        self._engine_curve = self._memory_plot.plot(name="engine", pen=pg.mkPen("#ffb74d", width=2))
+        self._gpu_curve = self._memory_plot.plot(name="whole GPU", pen=pg.mkPen(WHOLE_GPU_COLOR, width=2))
+        self._engine_curve = self._memory_plot.plot(name="engine", pen=pg.mkPen(ENGINE_COLOR, width=2))
         self._util_plot = self._make_plot("Utilisation", "%")
         self._util_plot.setYRange(0, 100, padding=0.02)
         self._util_curve = self._util_plot.plot(
-            pen=pg.mkPen("#81c784", width=2), fillLevel=0, brush=pg.mkBrush(129, 199, 132, 50)
+            pen=pg.mkPen(BUSY_COLOR, width=2), fillLevel=0, brush=pg.mkBrush(129, 199, 132, 50)
         )
 
         header = QHBoxLayout()
-        header.addWidget(self._title)
-        header.addStretch(1)
+        header.addWidget(self._title, 1)
         header.addWidget(self._gpu_choice)
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addWidget(self._figures)
         layout.addWidget(self._no_gpu, 1)
-        layout.addWidget(self._memory_plot, 1)
-        layout.addWidget(self._util_plot, 1)
+        plots = QHBoxLayout()  # side by side: the panel stays short enough for 1280x720
+        plots.addWidget(self._memory_plot, 1)
+        plots.addWidget(self._util_plot, 1)
+        layout.addLayout(plots, 1)
 
         self._timer = QTimer(self)
         self._timer.setInterval(SAMPLE_INTERVAL_MS)
@@ -86,10 +88,10 @@ class GpuPanel(QWidget):
         plot.hideButtons()
         plot.setTitle(title, size="9pt")
         plot.setLabel("left", units=units)
-        plot.setLabel("bottom", "seconds ago")
+        plot.setToolTip(f"{title} over the last 5 minutes (the axis counts seconds ago)")
         plot.setXRange(-WINDOW_SECONDS, 0, padding=0)
         plot.showGrid(x=True, y=True, alpha=0.15)
-        plot.setMinimumHeight(70)  # the window fits 1280x720 (it grows with the panel)
+        plot.setMinimumHeight(100)  # readable, and the window fits 1280x720 (it grows with the panel)
         return plot
 
     # -- control -------------------------------------------------------------------------------------
@@ -161,11 +163,13 @@ class GpuPanel(QWidget):
             (now, snapshot.memory_used / GIB, engine_bytes / GIB, float("nan") if util is None else util)
         )
         major, minor = snapshot.compute_capability
-        self._title.setText(f"GPU {snapshot.index}: {snapshot.name}")
-        self._figures.setText(
-            f"sm_{major}{minor} · driver {snapshot.driver_version} · "
-            f"{snapshot.memory_used / GIB:.1f} / {snapshot.memory_total / GIB:.1f} GiB used · "
-            f"engine {engine_bytes / GIB:.2f} GiB · {'-' if util is None else util} % busy"
+        self._title.setText(f"GPU {snapshot.index}: {snapshot.name} · sm_{major}{minor}")
+        self._title.setToolTip(f"{self._title.text()} · driver {snapshot.driver_version}")
+        self._figures.setText(  # one line in the column at 1280x720 (it wraps when narrower)
+            f"<span style='color:{WHOLE_GPU_COLOR}'>GPU {snapshot.memory_used / GIB:.1f}/"
+            f"{snapshot.memory_total / GIB:.0f} GiB</span> · "
+            f"<span style='color:{ENGINE_COLOR}'>engine {engine_bytes / GIB:.2f} GiB</span> · "
+            f"<span style='color:{BUSY_COLOR}'>{'-' if util is None else util} % busy</span>"
         )
         self._memory_plot.setYRange(0, snapshot.memory_total / GIB, padding=0.02)
         self._redraw(now)
@@ -204,8 +208,7 @@ class GpuPanel(QWidget):
         self._memory_plot.hide()
         self._util_plot.hide()
         self._no_gpu.setText(
-            f"<b>No NVIDIA GPU</b><br>{reason}.<br><br>The engine runs on the CPU: it works, slowly. "
-            "GPU memory and utilisation appear here when an NVIDIA GPU and driver are present."
+            f"<b>No NVIDIA GPU</b><br>{reason}.<br>The engine runs on the CPU: it works, slowly."
         )
         self._no_gpu.show()
         if first:

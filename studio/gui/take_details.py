@@ -9,10 +9,23 @@ import time
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QMenu, QPushButton, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QMenu,
+    QPushButton,
+    QSizePolicy,
+    QStyle,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from studio.request import Mode, RequestError
 from studio.takes import Take
+
+SUMMARY_MAX_LINES = 14  # a longer summary (a long text) scrolls rather than squeezing the takes list
+SHORT_VALUE_CHARS = 12  # values up to this long share a row (two to a row), longer ones have their own
 
 
 def first_audio_latency(take: Take) -> float | None:
@@ -73,7 +86,7 @@ class TakeDetails(QWidget):
         super().__init__(parent)
         self.setObjectName("TakeDetails")
         self.take: Take | None = None
-        self.summary = QTextBrowser()  # scrolls when the pane is short (1280x720)
+        self.summary = QTextBrowser()
         self.summary.setObjectName("TakeSummary")
         self.summary.setFrameShape(QFrame.Shape.NoFrame)
         self.summary.setOpenLinks(False)
@@ -89,9 +102,18 @@ class TakeDetails(QWidget):
         regenerate_menu = QMenu(self)
         regenerate_menu.addAction(self.new_seed_action)
         regenerate_menu.addAction(self.same_seed_action)
-        self.regenerate_menu_button = QPushButton()
-        self.regenerate_menu_button.setToolTip("Regenerate with the same seed (the same take again)")
-        self.regenerate_menu_button.setMenu(regenerate_menu)
+        self.regenerate_menu = regenerate_menu
+        self.regenerate_menu_button = QPushButton()  # an arrow beside Regenerate (a menu indicator is wide)
+        self.regenerate_menu_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ArrowDown))
+        self.regenerate_menu_button.setToolTip(
+            "More ways to regenerate: with the same seed (the same take again)"
+        )
+        self.regenerate_menu_button.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.regenerate_menu_button.clicked.connect(
+            lambda: regenerate_menu.popup(
+                self.regenerate_menu_button.mapToGlobal(self.regenerate_menu_button.rect().bottomLeft())
+            )
+        )
         self.use_text_button = QPushButton("Use this text")
         self.use_text_button.setToolTip("Put this take's text in the text box")
         self.use_text_button.clicked.connect(lambda: self.take and self.sig_use_text.emit(self.take))
@@ -131,9 +153,37 @@ class TakeDetails(QWidget):
         if take is None:
             self.summary.setHtml("<p style='color:#8b9bab'>Select a take to see how it was made.</p>")
             return
-        rows = "".join(
-            f"<tr><td style='color:#90a4ae;padding-right:8px'>{html.escape(label)}</td>"
-            f"<td>{html.escape(value)}</td></tr>"
-            for label, value in describe_take(take)
+        self.summary.setHtml(f"<p>{html.escape(take.text) or '<i>no text</i>'}</p>{summary_table(take)}")
+        self._fit_summary()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        self._fit_summary()
+
+    def _fit_summary(self) -> None:
+        """Ask for the summary's whole height (up to SUMMARY_MAX_LINES lines; a longer one scrolls)."""
+        document = self.summary.document()
+        document.setTextWidth(self.summary.viewport().width())
+        needed = int(document.size().height()) + 2 * self.summary.frameWidth()
+        cap = SUMMARY_MAX_LINES * self.summary.fontMetrics().lineSpacing()
+        self.summary.setMinimumHeight(min(needed, cap))
+
+
+def summary_table(take: Take) -> str:
+    """The rows of `describe_take` as an HTML table for a narrow pane: short values two to a row (in their
+    order), a longer one on a row of its own."""
+    label = "<td style='color:#90a4ae;padding-right:6px'>{}</td>"
+    short = [(name, value) for name, value in describe_take(take) if len(value) <= SHORT_VALUE_CHARS]
+    rows = [
+        "".join(
+            label.format(html.escape(name)) + f"<td style='padding-right:14px'>{html.escape(value)}</td>"
+            for name, value in short[i : i + 2]
         )
-        self.summary.setHtml(f"<p>{html.escape(take.text) or '<i>no text</i>'}</p><table>{rows}</table>")
+        for i in range(0, len(short), 2)
+    ]
+    rows += [
+        label.format(html.escape(name)) + f"<td colspan='3'>{html.escape(value)}</td>"
+        for name, value in describe_take(take)
+        if len(value) > SHORT_VALUE_CHARS
+    ]
+    return "<table cellspacing='0'>" + "".join(f"<tr>{row}</tr>" for row in rows) + "</table>"

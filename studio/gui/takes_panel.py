@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QSplitter,
+    QStackedWidget,
+    QStyle,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -137,37 +139,44 @@ class TakesPanel(QWidget):
         list_and_details.setStretchFactor(0, 3)
         list_and_details.setStretchFactor(1, 2)
         list_and_details.setChildrenCollapsible(False)
-        list_and_details.setSizes([500, 420])  # proportions: the details are read, not glanced at
-        self.tree.setMinimumHeight(96)  # three rows at least, at 1280x720 too
+        list_and_details.setSizes([600, 300])  # proportions; the details ask for their whole height
+        self.tree.setMinimumHeight(120)  # four rows at least, at 1280x720 too
+        header = QHBoxLayout()
+        header.addWidget(title)
+        header.addWidget(self.search, 1)
+        # the export notice takes the folder line's place, in a row as high as the notice: nothing moves
+        self.folder_or_notice = QStackedWidget()
+        self.folder_or_notice.addWidget(self.folder_label)
+        self.folder_or_notice.addWidget(self._build_export_bar())
         layout = QVBoxLayout(self)
-        layout.addWidget(title)
-        layout.addWidget(self.search)
+        layout.addLayout(header)
         layout.addWidget(list_and_details, 1)
         layout.addLayout(row1)
         layout.addLayout(row2)
-        layout.addWidget(self._build_export_bar())
-        layout.addWidget(self.folder_label)
+        layout.addWidget(self.folder_or_notice)
         self.refresh()
 
     def _build_export_bar(self) -> QFrame:
         self.export_bar = QFrame()
         self.export_bar.setObjectName("ExportBar")
-        self.export_note = QLabel()
-        self.export_note.setWordWrap(True)
+        self.export_note = ElidedLabel(mode=Qt.TextElideMode.ElideRight)
         self.show_export_button = QPushButton("Show in folder")
         self.show_export_button.clicked.connect(
             lambda: self._exported_file and reveal(self._exported_file, self)
         )
-        close = QPushButton("✕")
-        close.setToolTip("Hide this note")
-        close.setFixedWidth(28)
-        close.clicked.connect(self.export_bar.hide)
+        self.close_export_button = QPushButton()
+        self.close_export_button.setIcon(
+            self.style().standardIcon(QStyle.StandardPixmap.SP_TitleBarCloseButton)
+        )
+        self.close_export_button.setToolTip("Hide this note")
+        self.close_export_button.clicked.connect(
+            lambda: self.folder_or_notice.setCurrentWidget(self.folder_label)
+        )
         row = QHBoxLayout(self.export_bar)
         row.setContentsMargins(6, 2, 2, 2)
         row.addWidget(self.export_note, 1)
         row.addWidget(self.show_export_button)
-        row.addWidget(close)
-        self.export_bar.hide()
+        row.addWidget(self.close_export_button)
         return self.export_bar
 
     # -- list ----------------------------------------------------------------------------------------
@@ -318,9 +327,11 @@ class TakesPanel(QWidget):
         self.export_folder.remember(written[0].parent)
         self.sig_exported.emit(written)
         where = written[0] if len(written) == 1 else written[0].parent
-        text = f"Exported {len(written)} file(s) to {where}" + (f" — {warnings[0]}" if warnings else "")
+        warning = f" — {warnings[0]}" if warnings else ""
+        text = f"Exported {len(written)} file(s) to {where}{warning}"
         self.sig_message.emit(text)
-        self._confirm_export(text, written[0])
+        what = written[0].name if len(written) == 1 else f"{len(written)} files to {where.name}"
+        self._confirm_export(f"Exported {what}{warning}", text, written[0])
         return written
 
     def _ask_file_name(self, take_id: str, fmt: str) -> str:
@@ -333,8 +344,10 @@ class TakesPanel(QWidget):
         )
         return chosen
 
-    def _confirm_export(self, text: str, first: Path) -> None:
-        """The confirmation bar under the list (it takes no focus, so work goes on)."""
+    def _confirm_export(self, note: str, text: str, first: Path) -> None:
+        """The confirmation bar under the list, one line (``text``, with the whole path, in its tooltip);
+        it takes no focus, so work goes on."""
         self._exported_file = first
-        self.export_note.setText(text)
-        self.export_bar.show()
+        self.export_note.setText(note)
+        self.export_note.setToolTip(text)
+        self.folder_or_notice.setCurrentWidget(self.export_bar)

@@ -26,7 +26,7 @@ def build_layout(window) -> None:
     right.addWidget(window.gpu_panel)
     right.setStretchFactor(0, 3)
     right.setStretchFactor(1, 1)
-    right.setSizes([650, 350])  # proportions: the takes and their details get most of the height
+    right.setSizes([750, 250])  # proportions: the takes and their details get most of the height
     splitter = QSplitter(Qt.Orientation.Horizontal)
     splitter.addWidget(voice_scroll)
     splitter.addWidget(center)

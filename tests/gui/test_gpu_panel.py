@@ -67,4 +67,4 @@ def test_samples_memory_of_the_gpu_and_the_engine_process_tree_and_marks_takes(q
     assert (gpu0, engine0, util0) == pytest.approx((10.0, 3.0, 5.0))
     assert (gpu1, engine1, util1) == pytest.approx((12.0, 4.0, 80.0))
     assert panel.mark_count == 2
-    assert "NVIDIA H200" in panel._title.text() and "sm_90" in panel._figures.text()
+    assert "NVIDIA H200" in panel._title.text() and "sm_90" in panel._title.text()
