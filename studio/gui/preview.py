@@ -8,6 +8,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from studio.gui.elided_label import WrappedLabel
 from studio.gui.waveform import WaveformView
 
 
@@ -25,9 +26,9 @@ class PreviewPanel(QWidget):
         title = QLabel("Preview")
         title.setObjectName("PanelTitle")
         self.waveform = WaveformView(color="#4fc3f7", height=150, autoscale=True)
-        self.stats = QLabel("Generate a take to hear it here.")
+        self.waveform.setMinimumHeight(80)  # yields height to a long message below it (1280x720)
+        self.stats = WrappedLabel("Generate a take to hear it here.")  # wraps instead of widening the window
         self.stats.setObjectName("Stats")
-        self.stats.setWordWrap(True)  # a long take name wraps instead of widening the window
         self.stats.setMinimumWidth(120)
         self.play_button = QPushButton("▶ Play")
         self.play_button.setToolTip("Play or pause the take shown here (Space)")
