@@ -102,3 +102,15 @@ def test_another_clip_taking_over_clears_the_marker(view, qtbot):
     view.window().playback.play_take(take.id)
     assert _playing_rows(view) == [] and view.play_position.text() == ""
     view.transport.stop()
+
+
+def test_the_focused_table_wears_the_focus_ring(view):
+    def edge():
+        image = view.table.grab().toImage()
+        return image.pixelColor(1, image.height() // 2).getRgb()[:3]
+
+    ring = edge()
+    view.new_button.setFocus()
+    assert not view.table.hasFocus()
+    plain = edge()
+    assert sum(abs(a - b) for a, b in zip(ring, plain, strict=True)) >= 200, (ring, plain)
