@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from studio.atomic_files import DiskError, ensure_folder
 from studio.audio.errors import AudioError
 from studio.audio.export import ExportFormat, write_audio
+from studio.gui.export_folder import ExportFolder
 from studio.recovery import KeptTake
 from studio.tags import name_from_text
 
@@ -32,11 +33,19 @@ def save_kept_take(kept: KeptTake, path: str | Path) -> Path:
 
 
 class KeptTakeNotice(QMessageBox):
-    """A non-blocking notice for one kept take: "Save elsewhere…" (a file dialog) or "Later"."""
+    """A non-blocking notice for one kept take: "Save elsewhere…" (a file dialog that starts in the last
+    export folder, which the save updates) or "Later"."""
 
-    def __init__(self, kept: KeptTake, kept_list: list[KeptTake], parent: QWidget | None = None):
+    def __init__(
+        self,
+        kept: KeptTake,
+        kept_list: list[KeptTake],
+        parent: QWidget | None = None,
+        export_folder: ExportFolder | None = None,
+    ):
         super().__init__(QMessageBox.Icon.Warning, "Take not saved", kept.message(), parent=parent)
         self.kept, self._kept_list = kept, kept_list
+        self.export_folder = export_folder or ExportFolder(parent=self)
         details = [*kept.notes]
         if kept.recovered is not None:
             details.append(f"Recovery copy: {kept.recovery_folder}/{kept.recovered.id}.wav")
@@ -51,7 +60,10 @@ class KeptTakeNotice(QMessageBox):
             "".join(c if c.isalnum() or c in " -_" else " " for c in kept_name(self.kept)).strip() or "take"
         )
         path, _ = QFileDialog.getSaveFileName(
-            self.parentWidget(), "Save the take", f"{name}.wav", "WAV (*.wav)"
+            self.parentWidget(),
+            "Save the take",
+            str(Path(self.export_folder.start) / f"{name}.wav"),
+            "WAV (*.wav)",
         )
         if path:
             self.save_to(path)
@@ -63,6 +75,7 @@ class KeptTakeNotice(QMessageBox):
         except AudioError as exc:
             QMessageBox.warning(self.parentWidget(), "Take not saved", str(exc))
             return None
+        self.export_folder.remember(target.parent)
         if self.kept in self._kept_list:
             self._kept_list.remove(self.kept)
         log.info("kept take saved to %s", target)
