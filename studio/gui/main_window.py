@@ -281,7 +281,7 @@ class MainWindow(QMainWindow):
     def on_take_kept(self, kept) -> None:
         """The disk refused a take: say so in plain words and offer to save it elsewhere."""
         self.show_message(kept.message())
-        self.open_notice(KeptTakeNotice(kept, self.takes.kept, self))
+        self.open_notice(KeptTakeNotice(kept, self.takes.kept, self, self.export_folder))
 
     def report_folder_problems(self) -> None:
         """Name each folder the studio cannot write to, with its cause; the studio carries on."""
