@@ -115,3 +115,26 @@ def test_a_missing_last_export_folder_starts_the_dialogs_at_home(window, monkeyp
     _takes(window, 2)
     window.takes_panel.export_selected()
     assert started_in == [str(Path.home())]
+
+
+def test_saving_a_refused_take_elsewhere_starts_in_the_last_export_folder(window, monkeypatch, tmp_path):
+    from studio.recovery import KeptTake
+
+    last, chosen = tmp_path / "exports", tmp_path / "rescued"
+    last.mkdir()
+    chosen.mkdir()
+    window.export_folder.remember(last)
+    suggested = []
+
+    def save_as(parent, caption, suggestion, filters):
+        suggested.append(suggestion)
+        return str(chosen / "kept.wav"), filters
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_as)
+    kept = KeptTake(np.zeros(2400, np.float32), 24000, {"text": "a kept take"}, "The disk is full.")
+    window.takes.sig_kept.emit(kept)
+    (notice,) = window._notices
+    notice.save_button.click()
+    assert suggested == [str(last / "a kept take.wav")]
+    assert (chosen / "kept.wav").is_file() and window.settings.last_export_folder == str(chosen)
+    notice.close()
