@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import data_dir
 from studio.voices import VoiceLibrary
 
@@ -24,9 +24,9 @@ def view(window, qtbot):
     window.views.setCurrentWidget(window.script_view)
     view = window.script_view
     view.refresh_voices()
+    view.new_project()
     for number in range(len(SECONDS)):
-        view.add_line()
-        view.table.item(number, 2).setText(f"Line number {number + 1}.")
+        view.table.add_line("Alice", f"Line number {number + 1}.")
     records = view.controller.plan(view.folder, view.table.lines())
     for record, seconds in zip(records, SECONDS, strict=True):  # as the engine's takes would be written
         tone = 0.2 * np.sin(np.arange(int(RATE * seconds)) * 0.05)
@@ -114,3 +114,18 @@ def test_the_focused_table_wears_the_focus_ring(view):
     assert not view.table.hasFocus()
     plain = edge()
     assert sum(abs(a - b) for a, b in zip(ring, plain, strict=True)) >= 200, (ring, plain)
+
+
+def test_esc_while_editing_a_line_still_cancels_the_edit(view, qtbot):
+    from PySide6.QtWidgets import QAbstractItemView, QApplication
+
+    assert view.table.state() != QAbstractItemView.State.EditingState
+    view.table.setCurrentCell(0, 2)
+    view.table.editItem(view.table.item(0, 2))
+    qtbot.waitUntil(lambda: view.table.state() == QAbstractItemView.State.EditingState)
+    editor = QApplication.focusWidget()
+    assert editor is not view.table
+    qtbot.keyClicks(editor, " and more")
+    qtbot.keyClick(editor, Qt.Key.Key_Escape)
+    assert view.table.state() != QAbstractItemView.State.EditingState
+    assert view.table.item(0, 2).text() == "Line number 1."
