@@ -86,7 +86,7 @@ class ScriptView(QWidget):
         self.voice_combo = QComboBox()
         self.voice_combo.setToolTip("The voice for new lines and for Set voice")
         self.set_voice_button = _button("Set voice", "Give the selected lines this voice")
-        self.play_button = _button("▶ Line", "Play the selected line")
+        self.play_button = _button("▶ Line", "Play the selected line (Space plays and pauses, Esc stops)")
         self.play_from_button = _button("▶ From here", "Play from the selected line to the end")
         self.retake_button = _button("⟳ Retake", "Render the selected line again with a new seed")
         self.stop_playing_button, self.play_position = self.playback.stop_button, self.playback.position
