@@ -33,7 +33,7 @@ def main() -> int:
 
     from studio.asr.fabricate import write_asr_folder
     from studio.asr.transcriber import Transcriber
-    from studio.engine.warmup import synthetic_voice
+    from studio.runtime.warmup import synthetic_voice
 
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()

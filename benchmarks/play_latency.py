@@ -96,8 +96,8 @@ def run(args, work: Path, fifo: Path) -> int:
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QApplication
 
-    from studio.engine.warmup import synthetic_voice
     from studio.gui.app import create_window
+    from studio.runtime.warmup import synthetic_voice
     from studio.settings import Settings
 
     app = QApplication(sys.argv)  # noqa: F841 - kept alive while the window runs

@@ -31,7 +31,7 @@ SENTENCES = (
 
 
 def write_inputs(folder: Path, lines: int) -> tuple[Path, list[str]]:
-    from studio.engine.warmup import synthetic_voice
+    from studio.runtime.warmup import synthetic_voice
 
     sf.write(folder / "a.wav", 0.4 * synthetic_voice(16000, 4.0), 16000)
     sf.write(folder / "b.wav", 0.3 * synthetic_voice(22050, 3.0), 22050)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from studio.engine.client import EngineClient  # noqa: E402
 from studio.engine.protocol import EngineState, Error, LoadModel, State, Synthesize, TakeFinished  # noqa: E402
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice  # noqa: E402
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice  # noqa: E402
 
 MB = 1024 * 1024
 

@@ -65,7 +65,7 @@ quick() {
 voices() {  # four synthetic voices in the server's library (as bench --workload makes them)
   python3 - <<'EOF'
 from studio.commands.bench_workload import voice_prompts
-from studio.engine.warmup import WARMUP_PROMPT_TEXT
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT
 from studio.voices import VoiceLibrary
 
 library = VoiceLibrary("/tmp/voices")

@@ -59,8 +59,8 @@ def main() -> None:
     import vllm
 
     marks["vllm_imported_s"] = _since()
-    from studio.engine import runner
-    from studio.engine.warmup import warmup_request
+    from studio.runtime import runner
+    from studio.runtime.warmup import warmup_request
 
     options = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": 8192}
     loaded = runner.load_model(

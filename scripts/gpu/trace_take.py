@@ -233,7 +233,7 @@ def streams_summary(loaded, request, streams: int) -> str:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from studio.engine import runner
+    from studio.runtime import runner
 
     EVENTS.clear()
     lateness: list[float] = []
@@ -398,9 +398,9 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from studio.commands.bench import BENCH_TEXT
-    from studio.engine import runner
     from studio.engine.protocol import Synthesize
-    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+    from studio.runtime import runner
+    from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     instrument(args.backend)

@@ -152,7 +152,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from studio.engine.runner import run_take
+    from studio.runtime.runner import run_take
 
     takes, throughput = [], []
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
@@ -207,7 +207,7 @@ def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_
 
 def bench_backend(args: argparse.Namespace, backend: str) -> dict:
     from studio.engine.protocol import Synthesize
-    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+    from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
     prompt = synthetic_voice(16000, 3.0)
 
@@ -253,8 +253,8 @@ def load_and_warm(args: argparse.Namespace, backend: str, vram: VramSampler):
     """(the loaded model, its load figures) after one untimed take; (None, figures) when ``backend`` is not
     available. The caller closes the model."""
     from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
-    from studio.engine import runner
-    from studio.engine.warmup import warmup_request
+    from studio.runtime import runner
+    from studio.runtime.warmup import warmup_request
 
     loaded = runner.load_model(
         args.model,

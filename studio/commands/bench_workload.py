@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def voice_prompts(count: int) -> list:
     """``count`` distinct synthetic voices: 3-6 s prompts at different pitches."""
-    from studio.engine.warmup import synthetic_voice
+    from studio.runtime.warmup import synthetic_voice
 
     return [
         synthetic_voice(16000, 3.0 + v % 4, f0=110.0 + 40.0 * (v % 4) + 7.0 * (v // 4), seed=v)
@@ -80,8 +80,8 @@ def voice_prompts(count: int) -> list:
 def one_take(loaded, take: workloads.Take, prompts: list, stream: bool, arrived: float, seed: int) -> dict:
     """Run ``take``; its record: first audio and underruns from ``arrived`` (perf_counter), or its error."""
     from studio.engine.protocol import Synthesize
-    from studio.engine.runner import output_rate, run_take
-    from studio.engine.warmup import WARMUP_PROMPT_TEXT
+    from studio.runtime.runner import output_rate, run_take
+    from studio.runtime.warmup import WARMUP_PROMPT_TEXT
 
     rate = output_rate(loaded.model)
     chunks: list[tuple[float, float]] = []

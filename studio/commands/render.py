@@ -148,7 +148,7 @@ def _render(args: argparse.Namespace) -> int:
     out = ensure_folder(Path(args.out).expanduser())
     loaded = _load(args)
     try:
-        from studio.engine import runner
+        from studio.runtime import runner
 
         render = ScriptRender(out, voices, settings, runner.output_rate(loaded.model))
         records = render.plan(read_script(args.script, default), resume=args.resume)
@@ -168,7 +168,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace):
     from studio.commands.vllm_flags import vllm_options_from, vram_budget_from
-    from studio.engine import runner
+    from studio.runtime import runner
 
     return runner.load_model(
         args.model,
@@ -183,7 +183,7 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
     import numpy as np
     from tqdm import tqdm
 
-    from studio.engine import runner
+    from studio.runtime import runner
 
     rate = runner.output_rate(loaded.model)
 

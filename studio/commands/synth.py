@@ -2,7 +2,7 @@
 first-chunk latency and RTF.
 
 Runs the model in this process through the same loader and take runner as the engine
-(``studio.engine.runner``), so the backend choice is reported the same way.
+(``studio.runtime.runner``), so the backend choice is reported the same way.
 """
 
 from __future__ import annotations
@@ -222,9 +222,9 @@ def _progress_printer(stream: bool):
 def _synth(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from studio.engine import runner
     from studio.engine.protocol import Synthesize
-    from studio.engine.warmup import warmup_request
+    from studio.runtime import runner
+    from studio.runtime.warmup import warmup_request
 
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"model folder not found: {args.model}")

@@ -122,8 +122,8 @@ class Engine:
 
     # ---------------------------------------------------------------- requests
     def load(self, request: LoadModel) -> None:
-        from studio.engine import runner
-        from studio.engine.warmup import warmup_request
+        from studio.runtime import runner
+        from studio.runtime.warmup import warmup_request
 
         if self.loaded is not None and self._loaded_request == dataclasses.replace(request, warmup=True):
             log.info("%s is already loaded this way; not reloading", request.model_dir)
@@ -191,7 +191,7 @@ class Engine:
         thread.start()
 
     def _run_take(self, request: Synthesize, cancel: threading.Event) -> None:
-        from studio.engine import runner
+        from studio.runtime import runner
 
         loaded = self.loaded
         index = 0

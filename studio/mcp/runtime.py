@@ -1,6 +1,6 @@
 """What the MCP tools do, without MCP: the model (loaded once, in the background), the voice library, one take
 to a file or the speakers, and a script rendered to a folder. Takes run through the engine's take runner
-(`studio.engine.runner`) and scripts through `studio.script.render`, as ``synth`` and ``render`` do.
+(`studio.runtime.runner`) and scripts through `studio.script.render`, as ``synth`` and ``render`` do.
 
 Every refusal the caller can fix (unknown voice, empty or long text, a bad path) is a `ToolProblem` whose
 message says what to change."""
@@ -55,7 +55,7 @@ class StudioRuntime:
         self._loader.start()
 
     def _load(self) -> None:
-        from studio.engine import runner
+        from studio.runtime import runner
 
         log.info("loading %s (%s backend)", self.model_dir, self.backend)
         try:
@@ -119,7 +119,7 @@ class StudioRuntime:
     # -- takes -----------------------------------------------------------------------------------------
     def synthesize(self, request, cancel: threading.Event | None = None) -> tuple[np.ndarray, int]:
         """One take of ``request`` (a `Synthesize`): (float32 samples, rate); the script renderer's synthesiser."""
-        from studio.engine import runner
+        from studio.runtime import runner
 
         loaded = self.model()
         chunks: list[np.ndarray] = []
@@ -220,7 +220,7 @@ class StudioRuntime:
         """Each line of ``script`` (``[Voice] text`` lines) to a file in ``out_dir``, then ``joined.*``,
         subtitles and ``script.json``, as ``cosyvoice-studio render`` writes them."""
         from studio.atomic_files import ensure_folder
-        from studio.engine import runner
+        from studio.runtime import runner
         from studio.script.manifest import RenderSettings
         from studio.script.parse import parse_lines, script_summary
         from studio.script.render import ScriptRender

@@ -72,8 +72,8 @@ class SpeechService:
     # -- lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
         """Load (and warm up) the model; on the caller's thread (the server runs it beside the loop)."""
-        from studio.engine import runner
-        from studio.engine.warmup import warmup_request
+        from studio.runtime import runner
+        from studio.runtime.warmup import warmup_request
 
         self.state = "loading"
         try:
@@ -115,7 +115,7 @@ class SpeechService:
 
     @property
     def sample_rate(self) -> int:
-        from studio.engine.runner import output_rate
+        from studio.runtime.runner import output_rate
 
         return output_rate(self.loaded.model)
 
@@ -235,7 +235,7 @@ class SpeechService:
     async def chunks(self, request: Synthesize, stats: list | None = None) -> AsyncIterator[np.ndarray]:
         """The take's audio chunks (float32, ``sample_rate``) as they are made; closing this iterator
         early (a client that went away) cancels the take. ``stats`` gets the take's `TakeStats` at its end."""
-        from studio.engine import runner
+        from studio.runtime import runner
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()

@@ -11,7 +11,7 @@ import anyio
 import pytest
 import soundfile as sf
 
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from studio.voices import VoiceLibrary
 from tests.lifetime.process_tree import tagged_env, wait_until_none_left
 

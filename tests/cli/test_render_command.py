@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from studio.cli import main
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 
 SCRIPT = """[Alice] Good morning, this is the first line.
 [Bob] And this is Bob answering her.
@@ -134,7 +134,7 @@ def test_an_unknown_voice_or_an_empty_script_fails_before_the_model_loads(tmp_pa
 
 
 def test_a_line_that_fails_does_not_stop_the_others(tmp_path, tiny_model_dir, voices, capsys, monkeypatch):
-    from studio.engine import runner
+    from studio.runtime import runner
     from studio.tts.errors import SynthesisError
 
     real = runner.run_take
@@ -237,7 +237,7 @@ def test_a_manifest_that_cannot_be_saved_stops_nothing_and_resume_keeps_the_line
 def test_a_file_at_a_line_name_that_fails_is_not_left_for_resume_to_trust(
     tmp_path, tiny_model_dir, voices, monkeypatch
 ):
-    from studio.engine import runner
+    from studio.runtime import runner
     from studio.tts.errors import SynthesisError
 
     out = tmp_path / "out"

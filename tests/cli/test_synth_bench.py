@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from studio.cli import main
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_long_synth_shows_progress_and_a_too_long_one_is_refused_before_loadin
     tmp_path, tiny_model_dir, prompt_wav, capsys, monkeypatch
 ):
     from studio.commands import synth
-    from studio.engine import runner
+    from studio.runtime import runner
 
     prompt = ["--prompt-wav", str(prompt_wav), "--prompt-text", WARMUP_PROMPT_TEXT]
     long_text = tmp_path / "long.txt"

@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 
 from studio.cli import main
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 
 
 @pytest.fixture

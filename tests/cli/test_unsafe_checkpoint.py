@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from studio.cli import main
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 from studio.tts.errors import ModelFolderError
 
 

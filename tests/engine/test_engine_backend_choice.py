@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio.engine import runner
+from studio.runtime import runner
 from studio.tts import cosyvoice2
 from studio.tts.errors import BackendUnavailableError, ModelFolderError
 

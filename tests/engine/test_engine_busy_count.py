@@ -7,9 +7,9 @@ import threading
 
 import numpy as np
 
-from studio.engine import runner
 from studio.engine.process import Engine
 from studio.engine.protocol import EngineState, State, Synthesize, TakeFinished
+from studio.runtime import runner
 
 
 class QuickClient:

@@ -13,7 +13,7 @@ from engine_helpers import collect_takes, finished_of, states_until
 from studio.engine.client import EngineClient, EngineError
 from studio.engine.protocol import AudioChunk, EngineState, Error, LoadModel, State, Synthesize, TakeFinished
 from studio.engine.raw_output import REPORT_WIDTH, output_pid
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 PROMPT = synthetic_voice(16000, 2.0)
 

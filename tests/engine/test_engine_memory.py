@@ -16,7 +16,7 @@ from engine_helpers import collect_takes, finished_of, states_until
 from studio.engine.client import EngineClient
 from studio.engine.process import IDLE_TRIM_SECONDS
 from studio.engine.protocol import EngineState, LoadModel, Synthesize
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; glibc's allocator")
 

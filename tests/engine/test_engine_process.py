@@ -16,7 +16,7 @@ from studio.engine.protocol import (
     Progress,
     Synthesize,
 )
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 PROMPT = synthetic_voice(16000, 2.0)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from studio.engine.protocol import Synthesize
-from studio.engine.runner import build_spec
+from studio.runtime.runner import build_spec
 from studio.settings import data_dir
 from studio.voices import VoiceLibrary
 
@@ -67,7 +67,7 @@ class PacedModel:
 
 
 def test_stall_is_how_long_playback_from_the_first_chunk_would_wait():
-    from studio.engine.runner import run_take
+    from studio.runtime.runner import run_take
 
     request = Synthesize("Hi.", mode="zero-shot", prompt_wav=np.ones(100), prompt_sr=16000, prompt_text="p")
     ahead = run_take(PacedModel([0.0, 0.02, 0.02, 0.02]), request)

@@ -7,7 +7,7 @@ import pytest
 
 from studio.engine.client import EngineClient
 from studio.engine.protocol import Error, Transcribe, Transcript
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 
 
 @pytest.fixture

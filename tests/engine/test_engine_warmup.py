@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from studio.engine.warmup import WARMUP_SPEECH_TOKENS, synthetic_voice, warmup_request
+from studio.runtime.warmup import WARMUP_SPEECH_TOKENS, synthetic_voice, warmup_request
 
 
 def _pitch_hz(segment: np.ndarray, sr: int) -> float:

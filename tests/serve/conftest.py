@@ -65,7 +65,7 @@ def wav_bytes(seconds: float, rate: int = 16000, fmt: str = "WAV", silent: bool 
     import numpy as np
     import soundfile as sf
 
-    from studio.engine.warmup import synthetic_voice
+    from studio.runtime.warmup import synthetic_voice
 
     samples = np.zeros(int(seconds * rate), np.float32) if silent else 0.4 * synthetic_voice(rate, seconds)
     buffer = io.BytesIO()
@@ -101,7 +101,7 @@ def client(server):
 def paced_engine(monkeypatch):
     """The real engine, paused after each chunk like a slow card: the tiny model can otherwise finish a take
     before its first bytes reach the client. Yields the stats of the takes it ran."""
-    from studio.engine import runner
+    from studio.runtime import runner
 
     real_run_take, finished = runner.run_take, []
 
@@ -121,7 +121,7 @@ def paced_engine(monkeypatch):
 def failing_after_a_chunk(monkeypatch):
     """The real engine, failing each take with a RuntimeError right after its first chunk (a card that fell
     off the bus mid-take)."""
-    from studio.engine import runner
+    from studio.runtime import runner
 
     real_run_take = runner.run_take
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 import soundfile as sf
 
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from tests.serve.conftest import free_port
 
 KEY = "ray-key"

@@ -13,7 +13,7 @@ import pytest
 from studio.engine.client import EngineError
 from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
 from studio.engine.remote_client import RemoteEngineClient
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from tests.serve.conftest import API_KEY, free_port
 
 
@@ -134,7 +134,7 @@ def test_the_studio_generates_and_saves_a_take_on_the_server(server, qtbot, tmp_
 
 
 def test_start_playing_sooner_reaches_the_server(server, monkeypatch):
-    from studio.engine import runner
+    from studio.runtime import runner
 
     asked = []
     real = runner.run_take

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from studio.serve.service import MAX_INPUT_CHARS
 
 RATE = 24000
@@ -138,7 +138,7 @@ def test_a_streamed_take_arrives_whole_while_the_client_reads(client, voice_id, 
 
 def test_a_take_may_ask_for_its_first_chunk_sooner(client, voice_id, paced_engine, monkeypatch):
     """The studio's "Start playing sooner" over the API: the take runs with the first hop asked for."""
-    from studio.engine import runner
+    from studio.runtime import runner
 
     asked = []
     paced = runner.run_take

@@ -169,7 +169,7 @@ def test_a_short_first_hop_gives_early_audio_then_returns_to_the_chunk_grid(
     sooner" does: the next ends at 50 on the grid of 25-token chunks, then the usual growth; nothing lost or
     doubled, no click at the joins. STUDIO_FIRST_HOP_TOKENS sets it for every take."""
     from studio.engine.protocol import Synthesize
-    from studio.engine.runner import build_spec
+    from studio.runtime.runner import build_spec
 
     tokens = 210
     whole = _chunks(tiny_cosyvoice, _spec(prompt_wav16k, stream=False, exact_speech_tokens=tokens))

@@ -37,7 +37,7 @@ def test_replayed_tokens_keep_the_protocols_lengths_seed_and_cancel():
 
 
 def test_the_warm_up_without_the_lm_never_asks_the_lm(tiny_model_dir):
-    from studio.engine.runner import warm_without_lm
+    from studio.runtime.runner import warm_without_lm
     from studio.tts.cosyvoice2 import CosyVoice2
 
     voice = CosyVoice2(tiny_model_dir)

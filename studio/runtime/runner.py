@@ -1,6 +1,7 @@
 """Model loading with explicit backend choice, and one take run against a CosyVoice2 instance.
 
-Shared by the engine process, ``synth`` and ``bench`` so all three measure the same way:
+Shared by the engine process, ``serve``, ``synth``, ``bench``, ``render`` and the MCP server, so all of them
+load and measure the same way:
 ``load_model()`` returns a ``EngineModel`` (model, backend actually used, reason when it differs from the
 request); ``run_take()`` drives ``CosyVoice2.synthesize`` and returns ``TakeStats``, calling
 ``on_chunk(samples_float32_24k)`` for every chunk (and ``on_progress``). Torch and the runtime are imported lazily.
@@ -114,7 +115,7 @@ def warm_without_lm(model: Any, takes: int = 2) -> int:
     ready yet. A voice's second take reads its prompt's cached flow state, so its flow solves have other
     shapes than the first one's: warmed too, the warm-up take after the start finds every graph captured.
     Returns the chunks made."""
-    from studio.engine.warmup import warmup_request
+    from studio.runtime.warmup import warmup_request
     from studio.tts.llm.replay import ReplayTokens
 
     start, chunks = time.perf_counter(), 0
