@@ -40,8 +40,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from studio.engine.protocol import EngineState
-    from studio.engine.warmup import synthetic_voice
     from studio.gui.app import create_window
+    from studio.runtime.warmup import synthetic_voice
     from studio.settings import Settings
 
     app = QApplication(sys.argv)

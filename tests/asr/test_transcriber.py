@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from studio.asr.transcriber import AsrError, AsrUnavailable, Transcriber, language_names, resolve_model
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 
 RATE = 16000
 

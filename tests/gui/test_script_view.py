@@ -15,7 +15,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from studio.engine.protocol import EngineState
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import data_dir, load_settings
 from studio.voices import VoiceLibrary
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from studio.engine.protocol import EngineState, State
-from studio.engine.warmup import synthetic_voice
 from studio.request import Mode
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import Settings, load_settings
 
 pytestmark = pytest.mark.gui

@@ -13,8 +13,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from studio.engine.protocol import EngineState, State
-from studio.engine.warmup import synthetic_voice
 from studio.gui.engine_status import describe_state
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import Settings
 from studio.takes import TakeStore
 

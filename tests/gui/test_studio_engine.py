@@ -14,7 +14,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 
 from studio.engine.protocol import EngineState
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import Settings
 
 pytestmark = pytest.mark.gui

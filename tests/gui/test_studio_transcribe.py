@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from studio.engine.protocol import EngineState
-from studio.engine.warmup import synthetic_voice
 from studio.request import Mode
+from studio.runtime.warmup import synthetic_voice
 from studio.settings import Settings
 
 pytestmark = pytest.mark.gui

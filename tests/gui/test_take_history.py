@@ -10,8 +10,8 @@ from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from studio.engine.warmup import synthetic_voice
 from studio.request import Mode
+from studio.runtime.warmup import synthetic_voice
 
 pytestmark = pytest.mark.gui
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from studio.engine.warmup import synthetic_voice
+from studio.runtime.warmup import synthetic_voice
 
 pytestmark = pytest.mark.gui
 

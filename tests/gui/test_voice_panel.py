@@ -8,9 +8,9 @@ import soundfile as sf
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from studio.engine.warmup import synthetic_voice
 from studio.gui.jobs import BackgroundJobs
 from studio.gui.voice_panel import VoicePanel
+from studio.runtime.warmup import synthetic_voice
 from studio.voices import VoiceLibrary
 
 pytestmark = pytest.mark.gui

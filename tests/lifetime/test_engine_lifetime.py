@@ -16,7 +16,7 @@ from process_tree import kill_all, spawned, tagged, tagged_env, wait_for, wait_u
 
 from studio.engine.client import END_GRACE_S, EngineClient
 from studio.engine.protocol import AudioChunk, EngineState, LoadModel, State, Synthesize
-from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
 pytestmark = pytest.mark.vllm
 
@@ -30,7 +30,7 @@ PARENT = textwrap.dedent(
     import sys, time
     from studio.engine.client import EngineClient
     from studio.engine.protocol import AudioChunk, EngineState, LoadModel, State, Synthesize
-    from studio.engine.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
+    from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 
     model, log, phase, text = sys.argv[1:5]
     client = EngineClient(log)

@@ -49,7 +49,7 @@ def test_the_next_start_removes_what_a_killed_export_left(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_the_clean_command_removes_what_a_killed_export_left(tmp_path):
     from studio.cli import main
-    from studio.engine.warmup import synthetic_voice
+    from studio.runtime.warmup import synthetic_voice
 
     _killed_export(tmp_path)
     recording = tmp_path / "voice.wav"
