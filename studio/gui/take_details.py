@@ -24,7 +24,9 @@ from PySide6.QtWidgets import (
 from studio.request import Mode, RequestError
 from studio.takes import Take
 
-SUMMARY_MAX_LINES = 14  # a longer summary (a long text) scrolls rather than squeezing the takes list
+# the summary asks for the height of its settings and of this many lines of the take's text; a longer text
+# scrolls, so the window keeps fitting 1280x720
+TEXT_LINES_SHOWN = 2
 SHORT_VALUE_CHARS = 12  # values up to this long share a row (two to a row), longer ones have their own
 
 
@@ -161,12 +163,14 @@ class TakeDetails(QWidget):
         self._fit_summary()
 
     def _fit_summary(self) -> None:
-        """Ask for the summary's whole height (up to SUMMARY_MAX_LINES lines; a longer one scrolls)."""
+        """Ask for the summary's whole height, but for the take's text past TEXT_LINES_SHOWN lines."""
         document = self.summary.document()
         document.setTextWidth(self.summary.viewport().width())
         needed = int(document.size().height()) + 2 * self.summary.frameWidth()
-        cap = SUMMARY_MAX_LINES * self.summary.fontMetrics().lineSpacing()
-        self.summary.setMinimumHeight(min(needed, cap))
+        text = document.firstBlock().layout()  # the take's text: the summary's first paragraph
+        if text.lineCount() > TEXT_LINES_SHOWN:
+            needed -= int(sum(text.lineAt(n).height() for n in range(TEXT_LINES_SHOWN, text.lineCount())))
+        self.summary.setMinimumHeight(needed)
 
 
 def summary_table(take: Take) -> str:

@@ -140,7 +140,7 @@ class TakesPanel(QWidget):
         list_and_details.setStretchFactor(1, 2)
         list_and_details.setChildrenCollapsible(False)
         list_and_details.setSizes([600, 300])  # proportions; the details ask for their whole height
-        self.tree.setMinimumHeight(120)  # four rows at least, at 1280x720 too
+        self.tree.setMinimumHeight(96)  # three rows at least, at 1280x720 too
         header = QHBoxLayout()
         header.addWidget(title)
         header.addWidget(self.search, 1)

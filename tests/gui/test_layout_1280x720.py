@@ -139,3 +139,10 @@ def test_the_details_of_a_take_are_read_without_scrolling(window, qtbot):
     tree = window.takes_panel.tree
     fourth = tree.visualItemRect(tree.topLevelItem(3))
     assert tree.viewport().rect().contains(fourth)  # the list still shows four takes
+
+    audio = np.zeros(12000, np.float32)
+    long = window.store.add(audio, 24000, text="A much longer take text that goes on. " * 30, seed=7)
+    window.takes_panel.refresh(select=long.id)
+    _settle(qtbot, window)
+    assert window.height() <= 720 and window.minimumSizeHint().height() <= 690  # its text scrolls instead
+    assert tree.viewport().rect().contains(tree.visualItemRect(tree.topLevelItem(3)))
