@@ -9,7 +9,7 @@ import os
 def _child(result) -> None:  # in a spawned process: its fork hooks do not reach the test process
     import logging
 
-    from studio.engine.process import keep_from_forks
+    from studio.engine.hygiene import keep_from_forks
 
     requests, _studio_end = multiprocessing.Pipe(duplex=False)
     logging.getLogger().addHandler(logging.NullHandler())
