@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from studio.audio import vad
+from studio.audio.dsp import RESAMPLE_QUALITY, detect_clipping, resample
 from studio.audio.errors import ExportError, NoSpeechError, PromptTooLongError, UnsupportedAudioError
 from studio.audio.io import (
     MAX_SAMPLE_RATE,
@@ -29,6 +30,7 @@ from studio.audio.io import (
     to_dbfs,
     validate_samples,
 )
+from studio.audio.quality import assess_reference
 from studio.request import MAX_PROMPT_SECONDS, PROMPT_LENGTH_ADVICE
 
 PROMPT_RATE = vad.VAD_RATE
@@ -36,8 +38,6 @@ PROMPT_RATE = vad.VAD_RATE
 TARGET_PEAK_DBFS = -3.0
 MIN_PROMPT_S = 3.0
 MAX_PROMPT_S = MAX_PROMPT_SECONDS
-#: soxr's "very high quality" preset: linear phase, 175 dB stop-band, negligible cost at these lengths.
-RESAMPLE_QUALITY = "VHQ"
 
 
 @dataclass
@@ -118,8 +118,10 @@ class CleanReport:
         """The report as lines for a terminal."""
         lines = []
         if self.input:
-            lines.append(f"Input : {self.input['path']} ({self.input['format']} {self.input['subtype']}, "
-                         f"{self.input['channels']} ch, {self.input['duration_s']:.2f} s)")  # fmt: skip
+            lines.append(
+                f"Input : {self.input['path']} ({self.input['format']} {self.input['subtype']}, "
+                f"{self.input['channels']} ch, {self.input['duration_s']:.2f} s)"
+            )
         lines.append(f"Before: {self.before.line()}")
         lines += [f"  {i}. {step.name:<10} {step.summary}" for i, step in enumerate(self.steps, 1)]
         if self.after is not None:
@@ -147,35 +149,16 @@ def _db(value: float) -> float | None:
     return None if value <= 0 else round(to_dbfs(value), 3)
 
 
-def detect_clipping(samples: np.ndarray) -> tuple[int, int]:
-    """(clipped samples, clipped places): runs of 3+ equal samples at the signal's peak (flat tops)."""
-    magnitude = np.abs(samples)
-    top = float(magnitude.max()) if samples.size else 0.0
-    if top <= 0.0:
-        return 0, 0
-    flat = (magnitude[1:] >= 0.999 * top) & (samples[1:] == samples[:-1])
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], flat.view(np.int8), [0]))))
-    lengths = edges[1::2] - edges[0::2]  # pairs of equal neighbours; a run of n pairs is n+1 samples
-    runs = lengths[lengths >= 2]
-    return int(np.sum(runs + 1)), int(len(runs))
-
-
-def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
-    """High-quality resampling with soxr (float32 in, float32 out)."""
-    if rate_in == rate_out:
-        return samples.astype(np.float32, copy=False)
-    import soxr
-
-    return soxr.resample(samples, rate_in, rate_out, quality=RESAMPLE_QUALITY).astype(np.float32, copy=False)
-
-
 def _apply_length_rules(x: np.ndarray, report: CleanReport, options: CleanOptions) -> np.ndarray:
     duration = len(x) / PROMPT_RATE
     if duration < options.min_s:
         report.warnings.append(f"The speech lasts only {duration:.1f} s; {PROMPT_LENGTH_ADVICE}.")
     if duration <= options.max_s:
-        report.add("length", f"{duration:.2f} s of speech: within {options.min_s:g}-{options.max_s:g} s",
-                   duration_s=round(duration, 3))  # fmt: skip
+        report.add(
+            "length",
+            f"{duration:.2f} s of speech: within {options.min_s:g}-{options.max_s:g} s",
+            duration_s=round(duration, 3),
+        )
         return x
     offers = vad.propose_cuts(x, max_s=options.max_s, min_s=options.min_s)
     report.cut_offers = [asdict(offer) for offer in offers]
@@ -186,8 +169,11 @@ def _apply_length_rules(x: np.ndarray, report: CleanReport, options: CleanOption
             f"Cut at {best.time_s:.2f} s ({'a pause' if best.kind == 'pause' else 'a quiet spot'}) "
             "to use it as a prompt."
         )
-        report.add("length", f"{duration:.2f} s: too long, {len(offers)} cut(s) offered, not cut",
-                   duration_s=round(duration, 3))  # fmt: skip
+        report.add(
+            "length",
+            f"{duration:.2f} s: too long, {len(offers)} cut(s) offered, not cut",
+            duration_s=round(duration, 3),
+        )
         return x
     if options.cut == "auto":
         best = offers[0]
@@ -201,8 +187,12 @@ def _apply_length_rules(x: np.ndarray, report: CleanReport, options: CleanOption
         report.warnings.append(
             f"After the cut at {end_s:.1f} s the prompt is shorter than {options.min_s:g} s."
         )
-    report.add("cut", f"cut at {end_s:.2f} s (of {duration:.2f} s)", cut_s=round(end_s, 3),
-               duration_before_s=round(duration, 3))  # fmt: skip
+    report.add(
+        "cut",
+        f"cut at {end_s:.2f} s (of {duration:.2f} s)",
+        cut_s=round(end_s, 3),
+        duration_before_s=round(duration, 3),
+    )
     return x[: int(round(end_s * PROMPT_RATE))]
 
 
@@ -225,8 +215,6 @@ def clean_prompt(
         )
     validate_samples(x, name=name)
     report = CleanReport(before=AudioStats.measure(x, sample_rate))
-    from studio.audio.quality import assess_reference  # it builds on this module's measures
-
     quality = assess_reference(x, sample_rate)
     report.quality = quality.to_dict()
 
@@ -236,17 +224,26 @@ def clean_prompt(
             f"{sentence_start(name)} is clipped in {places} places (distorted peaks); the cloned voice will copy that "
             "distortion. Record again with a lower input level if you can."
         )
-    report.add("clipping", f"{places} clipped places, {clipped} samples" if places else "none found",
-               clipped_samples=clipped, clipped_places=places)  # fmt: skip
+    report.add(
+        "clipping",
+        f"{places} clipped places, {clipped} samples" if places else "none found",
+        clipped_samples=clipped,
+        clipped_places=places,
+    )
 
     dc = float(np.mean(x, dtype=np.float64))
     x = x - np.float32(dc)
     report.add("dc", f"removed an offset of {dc:+.5f}", offset_removed=round(dc, 6))
 
     x = resample(x, sample_rate, PROMPT_RATE)
-    report.add("resample", f"{sample_rate} Hz -> {PROMPT_RATE} Hz (soxr {RESAMPLE_QUALITY})"
-               if sample_rate != PROMPT_RATE else "already 16 kHz",
-               rate_in=sample_rate, rate_out=PROMPT_RATE)  # fmt: skip
+    report.add(
+        "resample",
+        f"{sample_rate} Hz -> {PROMPT_RATE} Hz (soxr {RESAMPLE_QUALITY})"
+        if sample_rate != PROMPT_RATE
+        else "already 16 kHz",
+        rate_in=sample_rate,
+        rate_out=PROMPT_RATE,
+    )
 
     if options.denoise:
         from studio.audio.denoise import denoise_samples
@@ -254,8 +251,12 @@ def clean_prompt(
         before_rms = rms(x)
         x = denoise_samples(x, PROMPT_RATE, strength=options.denoise_strength)
         change = to_dbfs(rms(x)) - to_dbfs(before_rms) if rms(x) > 0 and before_rms > 0 else 0.0
-        report.add("denoise", f"noisereduce, strength {options.denoise_strength:g}; level {change:+.1f} dB",
-                   strength=options.denoise_strength, rms_change_db=round(change, 2))  # fmt: skip
+        report.add(
+            "denoise",
+            f"noisereduce, strength {options.denoise_strength:g}; level {change:+.1f} dB",
+            strength=options.denoise_strength,
+            rms_change_db=round(change, 2),
+        )
 
     bounds = vad.speech_bounds(x, pad_s=options.edge_pad_s)
     if bounds is None:
@@ -265,9 +266,14 @@ def clean_prompt(
     start_s, end_s = bounds
     total_s = len(x) / PROMPT_RATE
     x = x[int(round(start_s * PROMPT_RATE)) : int(round(end_s * PROMPT_RATE))]
-    report.add("trim", f"speech {start_s:.2f}-{end_s:.2f} s; cut {start_s:.2f} s before, {total_s - end_s:.2f} s after",
-               speech_start_s=round(start_s, 3), speech_end_s=round(end_s, 3),
-               trimmed_start_s=round(start_s, 3), trimmed_end_s=round(total_s - end_s, 3))  # fmt: skip
+    report.add(
+        "trim",
+        f"speech {start_s:.2f}-{end_s:.2f} s; cut {start_s:.2f} s before, {total_s - end_s:.2f} s after",
+        speech_start_s=round(start_s, 3),
+        speech_end_s=round(end_s, 3),
+        trimmed_start_s=round(start_s, 3),
+        trimmed_end_s=round(total_s - end_s, 3),
+    )
 
     x = _apply_length_rules(x, report, options)
     if len(x) / PROMPT_RATE > options.max_s:  # not cut: graded as the prompt it would be, unusable
@@ -279,8 +285,11 @@ def clean_prompt(
     top = peak(x)
     gain = 10.0 ** (options.target_peak_dbfs / 20.0) / top if top > 0 else 1.0
     x = (x.astype(np.float64) * gain).astype(np.float32)
-    report.add("normalise", f"peak {to_dbfs(top):.2f} -> {options.target_peak_dbfs:.2f} dBFS "
-               f"({20 * math.log10(gain):+.2f} dB)", gain_db=round(20 * math.log10(gain), 3))  # fmt: skip
+    report.add(
+        "normalise",
+        f"peak {to_dbfs(top):.2f} -> {options.target_peak_dbfs:.2f} dBFS ({20 * math.log10(gain):+.2f} dB)",
+        gain_db=round(20 * math.log10(gain), 3),
+    )
     report.after = AudioStats.measure(x, PROMPT_RATE)
     return CleanResult(x, PROMPT_RATE, report, quality)
 

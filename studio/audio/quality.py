@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from studio.audio import vad
-from studio.audio.clean import detect_clipping, resample
+from studio.audio.dsp import detect_clipping, resample
 from studio.request import PROMPT_LENGTH_ADVICE
 
 GOOD, USABLE, POOR = "good", "usable", "poor"
@@ -146,20 +146,24 @@ def assess_reference(samples: np.ndarray, sample_rate: int) -> QualityReport:
     if grade != GOOD:
         problems.append(
             Problem(
-                "noisy", grade, f"noise {snr:.0f} dB below the voice",
+                "noisy",
+                grade,
+                f"noise {snr:.0f} dB below the voice",
                 "record in a quieter room (or switch on Reduce noise)",
             )
-        )  # fmt: skip
+        )
     echo = echo_seconds(energy, noise_db)
     measures["echo_s"] = round(echo, 2) if np.isfinite(echo) else None
     grade = _grade(echo, *ECHO_S, low_is_bad=False)
     if grade != GOOD:
         problems.append(
             Problem(
-                "echo", grade, f"room echo ~{echo:.1f} s" if np.isfinite(echo) else "strong room echo",
+                "echo",
+                grade,
+                f"room echo ~{echo:.1f} s" if np.isfinite(echo) else "strong room echo",
                 "record in a smaller, furnished room, closer to the mic",
             )
-        )  # fmt: skip
+        )
     for before, after in zip(segments, segments[1:], strict=False):
         pause = after.start_s - before.end_s
         if pause >= LONG_PAUSE_S:
@@ -169,7 +173,7 @@ def assess_reference(samples: np.ndarray, sample_rate: int) -> QualityReport:
                     USABLE,
                     f"{pause:.1f} s pause at {before.end_s:.1f} s",
                     f"cut the {pause:.0f} s pause at {before.end_s:.1f} s",
-                )  # fmt: skip
+                )
             )
     verdict = max((p.severity for p in problems), key=_RANK.__getitem__, default=GOOD)
     return QualityReport(verdict, problems, measures)
