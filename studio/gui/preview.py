@@ -26,7 +26,6 @@ class PreviewPanel(QWidget):
         title = QLabel("Preview")
         title.setObjectName("PanelTitle")
         self.waveform = WaveformView(color="#4fc3f7", height=150, autoscale=True)
-        self.waveform.setMinimumHeight(80)  # yields height to a long message below it (1280x720)
         self.stats = WrappedLabel("Generate a take to hear it here.")  # wraps instead of widening the window
         self.stats.setObjectName("Stats")
         self.stats.setMinimumWidth(120)
