@@ -48,10 +48,13 @@ def _settle(qtbot, window):
 def test_a_long_crash_message_leaves_the_waveform_and_its_time_axis_clear(window, qtbot):
     _studio_at_1280x720(window, qtbot)
     preview = window.preview
+    _settle(qtbot, window)
+    waveform_height = preview.waveform.height()
     preview.fail_take(CRASH)
     _settle(qtbot, window)
     stats, waveform = _in(preview.stats, preview), _in(preview.waveform, preview)
     assert not stats.intersects(waveform), (stats, waveform)
+    assert waveform.height() == waveform_height  # the text panel above gives the message its room
     assert preview.rect().contains(stats) and preview.rect().contains(waveform)
     assert _fully_shown(preview.stats)
 
