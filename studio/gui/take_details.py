@@ -110,6 +110,7 @@ class TakeDetails(QWidget):
         self.regenerate_menu_button.setToolTip(
             "More ways to regenerate: with the same seed (the same take again)"
         )
+        self.regenerate_menu_button.setAccessibleName("More ways to regenerate")
         self.regenerate_menu_button.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.regenerate_menu_button.clicked.connect(
             lambda: regenerate_menu.popup(

@@ -169,6 +169,7 @@ class TakesPanel(QWidget):
             self.style().standardIcon(QStyle.StandardPixmap.SP_TitleBarCloseButton)
         )
         self.close_export_button.setToolTip("Hide this note")
+        self.close_export_button.setAccessibleName("Hide this note")
         self.close_export_button.clicked.connect(
             lambda: self.folder_or_notice.setCurrentWidget(self.folder_label)
         )
