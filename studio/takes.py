@@ -285,9 +285,14 @@ class TakeStore:
         return results
 
     def export_as(
-        self, take_id: str, path: str | os.PathLike[str], fmt: str = "wav16", prefer_denoised: bool = True,
-        sample_rate: int = 0, loudness_lufs: float | None = None,
-    ):  # fmt: skip
+        self,
+        take_id: str,
+        path: str | os.PathLike[str],
+        fmt: str = "wav16",
+        prefer_denoised: bool = True,
+        sample_rate: int = 0,
+        loudness_lufs: float | None = None,
+    ):
         """Export one take to the file the user named (replacing it: the save dialog asked); its ExportResult."""
         from studio.audio.export import export_take
 

@@ -89,9 +89,14 @@ def denoise_samples(
         stop = min(len(samples), start + chunk)
         lo, hi = max(0, start - pad), min(len(samples), stop + pad)
         cleaned = nr.reduce_noise(
-            y=samples[lo:hi], sr=sample_rate, stationary=stationary, prop_decrease=strength,
-            freq_mask_smooth_hz=None, time_mask_smooth_ms=None, n_jobs=1,
-        )  # fmt: skip
+            y=samples[lo:hi],
+            sr=sample_rate,
+            stationary=stationary,
+            prop_decrease=strength,
+            freq_mask_smooth_hz=None,
+            time_mask_smooth_ms=None,
+            n_jobs=1,
+        )
         out[start:stop] = cleaned[start - lo : stop - lo]
         if progress is not None:
             progress((index + 1) / len(starts))
@@ -216,9 +221,13 @@ class DenoiseWorker:
         if not 0.0 <= strength <= 1.0:
             raise ValueError(f"strength must be between 0 and 1, not {strength}")
         job = DenoiseJob(
-            next(self._ids), np.asarray(samples, dtype=np.float32), int(sample_rate),
-            {"strength": strength, "stationary": stationary}, callback, on_progress,
-        )  # fmt: skip
+            next(self._ids),
+            np.asarray(samples, dtype=np.float32),
+            int(sample_rate),
+            {"strength": strength, "stationary": stationary},
+            callback,
+            on_progress,
+        )
         with self._wake:
             if self._stopping:
                 raise RuntimeError("The denoise worker has been shut down.")

@@ -70,17 +70,34 @@ class ExportFormat(enum.Enum):
 
     @property
     def label(self) -> str:
-        return {"WAV_INT16": "WAV (16-bit)", "WAV_FLOAT32": "WAV (32-bit float)", "FLAC": "FLAC",
-                "MP3": "MP3", "OGG_VORBIS": "Ogg Vorbis", "OPUS": "Opus"}[self.name]  # fmt: skip
+        return {
+            "WAV_INT16": "WAV (16-bit)",
+            "WAV_FLOAT32": "WAV (32-bit float)",
+            "FLAC": "FLAC",
+            "MP3": "MP3",
+            "OGG_VORBIS": "Ogg Vorbis",
+            "OPUS": "Opus",
+        }[self.name]
 
     @classmethod
     def parse(cls, name: str) -> ExportFormat:
         """Accept ``wav16``/``int16``, ``wav32f``/``float32``, ``flac``, ``mp3``, ``ogg``/``vorbis`` and
         ``opus`` (any case)."""
-        aliases = {"wav": cls.WAV_INT16, "wav16": cls.WAV_INT16, "int16": cls.WAV_INT16, "wav_int16": cls.WAV_INT16,
-                   "wav32f": cls.WAV_FLOAT32, "float32": cls.WAV_FLOAT32, "wav_float32": cls.WAV_FLOAT32,
-                   "flac": cls.FLAC, "mp3": cls.MP3, "ogg": cls.OGG_VORBIS, "vorbis": cls.OGG_VORBIS,
-                   "ogg_vorbis": cls.OGG_VORBIS, "opus": cls.OPUS}  # fmt: skip
+        aliases = {
+            "wav": cls.WAV_INT16,
+            "wav16": cls.WAV_INT16,
+            "int16": cls.WAV_INT16,
+            "wav_int16": cls.WAV_INT16,
+            "wav32f": cls.WAV_FLOAT32,
+            "float32": cls.WAV_FLOAT32,
+            "wav_float32": cls.WAV_FLOAT32,
+            "flac": cls.FLAC,
+            "mp3": cls.MP3,
+            "ogg": cls.OGG_VORBIS,
+            "vorbis": cls.OGG_VORBIS,
+            "ogg_vorbis": cls.OGG_VORBIS,
+            "opus": cls.OPUS,
+        }
         try:
             return aliases[name.strip().lower()]
         except KeyError:

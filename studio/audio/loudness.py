@@ -22,8 +22,10 @@ class Normalised:
 
     def note(self, target: float) -> str:
         if self.peak_limited:
-            return (f"reached {self.loudness_after:.1f} LUFS, not {target:.1f}: louder would pass the "
-                    f"true-peak ceiling")  # fmt: skip
+            return (
+                f"reached {self.loudness_after:.1f} LUFS, not {target:.1f}: louder would pass the "
+                f"true-peak ceiling"
+            )
         return ""
 
 
@@ -51,8 +53,9 @@ def true_peak_dbtp(samples: np.ndarray) -> float:
     return 20 * np.log10(peak) if peak > 0 else float("-inf")
 
 
-def normalise(samples: np.ndarray, sample_rate: int, target_lufs: float,
-              ceiling_dbtp: float = DEFAULT_CEILING_DBTP) -> Normalised:  # fmt: skip
+def normalise(
+    samples: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp: float = DEFAULT_CEILING_DBTP
+) -> Normalised:
     """``samples`` scaled to ``target_lufs`` integrated loudness, never past ``ceiling_dbtp`` true peak.
     Silence is returned as it is."""
     before = integrated_loudness(samples, sample_rate)
@@ -66,8 +69,13 @@ def normalise(samples: np.ndarray, sample_rate: int, target_lufs: float,
     return Normalised(out, gain_db, before, before + gain_db, limited)
 
 
-def master(samples: np.ndarray, rate: int, to_rate: int = 0, loudness_lufs: float | None = None,
-           ceiling_dbtp: float = DEFAULT_CEILING_DBTP) -> tuple[np.ndarray, int, list[str]]:  # fmt: skip
+def master(
+    samples: np.ndarray,
+    rate: int,
+    to_rate: int = 0,
+    loudness_lufs: float | None = None,
+    ceiling_dbtp: float = DEFAULT_CEILING_DBTP,
+) -> tuple[np.ndarray, int, list[str]]:
     """An export's last step: resampled to ``to_rate`` (0: as it is, soxr), then normalised to
     ``loudness_lufs`` (None: as it is) under the true-peak ceiling; (samples, rate, notes for the user)."""
     from studio.audio.export import resample
