@@ -138,11 +138,6 @@ class WaveformView(pg.PlotWidget):
     def duration(self) -> float:
         return self._size / float(self._sample_rate)
 
-    @property
-    def points_drawn(self) -> int:
-        """Points in each outline curve: at most `MAX_COLUMNS`, however long the audio."""
-        return self._envelope.count
-
     def clear_audio(self) -> None:
         self.set_audio(np.zeros(0, dtype=np.float32), self._sample_rate)
 

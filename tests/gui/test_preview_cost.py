@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from studio.gui.preview import PreviewPanel
+from studio.gui.waveform import MAX_COLUMNS, Envelope
 
 pytestmark = pytest.mark.gui
 
@@ -102,3 +103,25 @@ def test_a_whole_take_set_at_once_is_drawn_as_few_points_as_a_streamed_one(qtbot
     assert len(times) <= MOST_POINTS
     assert times[-1] < 600.0 <= times[-1] + 2 * (times[1] - times[0])
     assert highs.max() == pytest.approx(audio.max())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_outline_kept_chunk_by_chunk_is_the_min_and_max_of_each_column(seed):
+    rng = np.random.default_rng(seed)
+    audio = rng.standard_normal(int(rng.integers(1, 2_000_000))).astype(np.float32)
+    outline = Envelope(RATE)
+    cuts = np.sort(rng.integers(0, audio.size, size=int(rng.integers(0, 60))))
+    for piece in np.split(audio, cuts):
+        outline.extend(piece)
+    assert outline.total == audio.size and outline.count <= MAX_COLUMNS
+    assert outline.count == -(-audio.size // outline.span)
+    starts = np.arange(outline.count) * outline.span
+    assert np.array_equal(outline.lows, np.minimum.reduceat(audio, starts))
+    assert np.array_equal(outline.highs, np.maximum.reduceat(audio, starts))
+    assert np.allclose(outline.times, starts / RATE)
+    assert outline.peak == pytest.approx(float(np.abs(audio).max()))
+
+
+def test_an_outline_needs_a_positive_sample_rate():
+    with pytest.raises(ValueError, match="sample rate must be positive"):
+        Envelope(0)
