@@ -50,7 +50,7 @@ class BackgroundJobs(QObject):
     def _on_done(self, callback: Callback | None, result: Any, error: BaseException | None) -> None:
         with self._lock:
             self._running -= 1
-        if callback is not None:
+        if callback is not None and self._executor is not None:  # after shutdown its owner is closing
             callback(result=result, error=error)
 
     def shutdown(self) -> None:
