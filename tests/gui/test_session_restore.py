@@ -171,3 +171,16 @@ def test_the_unsaved_recording_can_be_discarded(qtbot, monkeypatch, tiny_model_d
     again = _open(qtbot, monkeypatch, load_settings())
     assert again.voice_panel.current_prompt() is None
     again.shutdown()
+
+
+def test_quitting_while_an_import_is_read_raises_nothing(qtbot, monkeypatch, tmp_path, tiny_model_dir):
+    import soundfile as sf
+    from PySide6.QtWidgets import QApplication
+
+    window = _open(qtbot, monkeypatch, Settings(model_dir=str(tiny_model_dir), asr_model=""))
+    wav = tmp_path / "late.wav"
+    sf.write(wav, 0.4 * synthetic_voice(22050, 4.0), 22050)
+    window.voice_panel.import_file(str(wav))
+    window.close()  # the file is read after the jobs shut down: its result must not start new jobs
+    QApplication.processEvents()  # delivers the read file's result
+    assert window.voice_panel.current_prompt() is None
