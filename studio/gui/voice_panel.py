@@ -27,7 +27,7 @@ from studio.gui.reference_draft import DraftStore, ReferenceDraft
 from studio.gui.transcript_box import quality_html
 from studio.gui.transport import Clip
 from studio.gui.voice_layout import START_HINT, build_voice_panel
-from studio.voices import VoiceError, VoiceExistsError, VoiceLibrary
+from studio.voices import Voice, VoiceError, VoiceExistsError, VoiceLibrary
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class VoicePanel(QWidget):
         self._saved_original: tuple[np.ndarray, int] | None = None  # a picked saved voice's recording
         self._generation = {"original": 0, "cleaned": 0}  # which version of each is shown (playheads)
 
-        self.auto_transcribe = True  # the window turns it off when no ASR model is configured
+        self._auto_transcribe = True
         build_voice_panel(self)
 
         self._media = QMediaDevices(self)  # follows microphones being plugged in or out
@@ -127,24 +127,11 @@ class VoicePanel(QWidget):
         except VoiceError as exc:
             QMessageBox.warning(self, "Saved voice", str(exc))
             return
-        self._voice_name = voice.name
-        self._voice_id = voice.slug
-        self._original = None  # nothing to clean again: the saved prompt is used as it is
-        self._saved_original = original  # shown and playable: the recording it was made from, if kept
-        self._cleaned = (audio, rate)
-        self._bump("original", "cleaned")
-        if original is not None:
-            self.before.set_audio(*original)
-        else:
-            self.before.clear_audio()
-        self.after.set_audio(audio, rate)
-        self.transcript_box.new_recording(transcribing=False)
-        self.transcript.setText(transcript)  # a saved voice keeps the transcript it was saved with
-        self.quality.setText("")
-        self._fresh_recording = False
-        self.report.setText(f"Saved voice “{voice.name}”: {voice.duration_s:.1f} s.")
-        self._update_buttons()
-        self.sig_prompt_changed.emit()
+        report = f"Saved voice “{voice.name}”: {voice.duration_s:.1f} s."
+        # nothing to clean again: the saved prompt is used as it is, its original only shown and played
+        self._show(
+            None, (audio, rate), saved_original=original, voice=voice, transcript=transcript, report=report
+        )
 
     def delete_current_voice(self) -> None:
         slug = self.saved.currentData()
@@ -226,21 +213,10 @@ class VoicePanel(QWidget):
         self._keep_draft_in_background()
         self.saved.setItemText(0, self._draft_label())
         self.saved.setCurrentIndex(0)
-        self._voice_name = ""
-        self._voice_id = ""
-        self._original = self.draft.original
-        self._saved_original = None
-        self._cleaned = None
-        self._bump("original", "cleaned")
-        self.before.set_audio(audio, sample_rate)
-        self.after.clear_audio()
         if not recorded:  # an import never shows the last recording's timer
             self.timer_label.setText(f"0.0 / {self.recorder.max_seconds:.0f} s")
-        self.quality.setText("")
-        self.transcript_box.new_recording(transcribing=self.auto_transcribe)
-        self._fresh_recording = True
-        self.report.setText(f"Cleaning {origin or 'the recording'} ({len(audio) / sample_rate:.1f} s)…")
-        self._update_buttons()
+        report = f"Cleaning {origin or 'the recording'} ({len(audio) / sample_rate:.1f} s)…"
+        self._show(self.draft.original, None, report=report, transcribing=self.auto_transcribe)
         self.reclean()
 
     def reclean(self) -> None:
@@ -344,26 +320,14 @@ class VoicePanel(QWidget):
     def show_draft(self, draft: ReferenceDraft) -> None:
         """Show the unsaved recording again (at start, or picked after a saved voice)."""
         self.draft = draft
-        self._voice_name = self._voice_id = ""
-        self._original, self._saved_original, self._cleaned = draft.original, None, draft.cleaned
-        self._bump("original", "cleaned")
-        self.before.set_audio(*draft.original)
-        if draft.cleaned is not None:
-            self.after.set_audio(*draft.cleaned)
-        else:
-            self.after.clear_audio()
-        transcript = draft.transcript  # clearing the line below empties the draft's transcript
-        self.transcript_box.new_recording(transcribing=False)
-        self.transcript.setText(transcript)
-        self.report.setText(draft.report or "The unsaved recording: Save voice… keeps it in the library.")
-        self.quality.setText(draft.quality)
-        self._fresh_recording = False
         self.saved.setItemText(0, self._draft_label())
         self.saved.setCurrentIndex(0)
+        report = draft.report or "The unsaved recording: Save voice… keeps it in the library."
+        self._show(
+            draft.original, draft.cleaned, transcript=draft.transcript, report=report, quality=draft.quality
+        )
         if draft.cleaned is None:
             self.reclean()
-        self._update_buttons()
-        self.sig_prompt_changed.emit()
 
     def discard_draft_dialog(self) -> None:
         if not self.showing_draft:
@@ -374,16 +338,8 @@ class VoicePanel(QWidget):
         if answer == QMessageBox.StandardButton.Yes:
             self.draft = None
             self.drafts.discard()
-            self._original = self._cleaned = None
-            self._clean_generation += 1  # a cleaning still running is for the discarded recording
-            self._bump("original", "cleaned")
-            self.before.clear_audio()
-            self.after.clear_audio()
-            self.transcript_box.new_recording(transcribing=False)
-            self.quality.setText("")
-            self.report.setText(START_HINT)
             self.refresh_voices()
-            self.sig_prompt_changed.emit()
+            self._show(None, None, report=START_HINT)
 
     def on_transcript_changed(self, text: str) -> None:
         if self.showing_draft:
@@ -408,6 +364,49 @@ class VoicePanel(QWidget):
             raise error
 
     # -- state ---------------------------------------------------------------------------------------
+    def _show(
+        self,
+        original: tuple[np.ndarray, int] | None,
+        cleaned: tuple[np.ndarray, int] | None,
+        *,
+        saved_original: tuple[np.ndarray, int] | None = None,
+        voice: Voice | None = None,
+        transcript: str = "",
+        report: str = "",
+        quality: str = "",
+        transcribing: bool = False,
+    ) -> None:
+        """Show a reference: its original (None for a saved voice, whose recording is ``saved_original``), its
+        cleaned prompt (None while it is cleaned), the saved `Voice` it is (None: unsaved), its transcript,
+        the report and quality lines; ``transcribing``: its transcript is asked for once it is cleaned."""
+        self._voice_name, self._voice_id = (voice.name, voice.slug) if voice is not None else ("", "")
+        self._original, self._saved_original, self._cleaned = original, saved_original, cleaned
+        self._clean_generation += 1  # a cleaning still running is for the reference shown before
+        self._bump("original", "cleaned")
+        for view, audio in ((self.before, original or saved_original), (self.after, cleaned)):
+            if audio is not None:
+                view.set_audio(*audio)
+            else:
+                view.clear_audio()
+        self.transcript_box.new_recording(transcribing=transcribing)
+        self.transcript.setText(transcript)  # a saved voice keeps the transcript it was saved with
+        self.report.setText(report)
+        self.report.setToolTip("")
+        self.quality.setText(quality)
+        self._fresh_recording = transcribing
+        self._update_buttons()
+        self.sig_prompt_changed.emit()
+
+    @property
+    def auto_transcribe(self) -> bool:
+        """Whether a new recording's transcript is asked for (off when no ASR model is configured)."""
+        return self._auto_transcribe
+
+    @auto_transcribe.setter
+    def auto_transcribe(self, on: bool) -> None:
+        self._auto_transcribe = on
+        self._update_buttons()
+
     def current_prompt(self) -> Prompt | None:
         if self._cleaned is None:
             return None

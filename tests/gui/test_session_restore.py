@@ -98,6 +98,7 @@ def test_an_unsaved_recording_comes_back_after_a_restart(qtbot, monkeypatch, tin
     assert panel.saved.currentIndex() == 0
     assert panel.saved.currentText() == f"— unsaved recording ({seconds:.1f} s) —"
     assert panel.report.text() == window.voice_panel.report.text()  # the cleanup summary, as it was
+    assert not panel.transcript_box.retranscribe_button.isEnabled()  # no ASR model configured
     again.on_engine_state(State(EngineState.READY, "ready"))
     assert again.text_panel.generate_button.isEnabled()
     again.shutdown()

@@ -87,3 +87,18 @@ def test_the_panel_gives_the_one_length_advice_and_names_an_imported_file(panel,
     panel.import_file(str(hiss))
     qtbot.waitUntil(lambda: "No speech" in panel.report.text(), timeout=30_000)
     assert "No speech was found in hiss.wav;" in panel.report.text(), panel.report.text()
+
+
+def test_picking_a_saved_voice_while_a_recording_is_cleaned_keeps_both(panel, qtbot):
+    panel.set_recording(0.4 * synthetic_voice(22050, 4.0), 22050)
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
+    assert panel.save_voice("Kept")
+    kept = panel.current_prompt()
+    panel.set_recording(0.4 * synthetic_voice(22050, 6.0), 22050)  # cleaning starts
+    panel.saved.setCurrentIndex(panel.saved.findData("kept"))
+    panel.on_pick_saved(panel.saved.currentIndex())
+    qtbot.waitUntil(lambda: not panel.jobs.busy, timeout=60_000)
+    np.testing.assert_array_equal(panel.current_prompt().audio, kept.audio)  # the late cleaning is dropped
+    panel.on_pick_saved(0)  # the unsaved recording, cleaned again
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
+    assert panel.current_prompt().voice_id == "" and panel.after.duration > 5.0
