@@ -9,6 +9,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QWidget
 
 from studio.engine.protocol import EngineState, Error, Progress, State
+from studio.gui.wording import capitalised, sentence
 
 STATE_COLOURS = {
     EngineState.STARTING: "#90a4ae",
@@ -20,11 +21,6 @@ STATE_COLOURS = {
     EngineState.CRASHED: "#e53935",
     EngineState.STOPPED: "#90a4ae",
 }
-
-
-def as_sentence(text: str) -> str:
-    """``text`` with a capital first letter (the engine words its details to follow a colon)."""
-    return text[:1].upper() + text[1:]
 
 
 def waiting_for_model(state: State) -> bool:
@@ -39,7 +35,7 @@ def describe_state(state: State) -> str:
         return "Engine started · no model loaded yet" if waiting_for_model(state) else "Engine starting…"
     if kind == EngineState.LOADING:
         detail = state.detail.strip()
-        return (as_sentence(detail) + "…") if detail else "Loading the model…"
+        return (capitalised(detail) + "…") if detail else "Loading the model…"
     if kind == EngineState.WARMING:
         load = f" (loaded in {state.load_seconds:.1f} s)" if state.load_seconds is not None else ""
         return f"Warming up{load}…"
@@ -57,7 +53,7 @@ def describe_state(state: State) -> str:
     if kind == EngineState.ERROR:
         return f"Engine error: {state.detail}"
     if kind == EngineState.CRASHED:
-        return f"Engine crashed: {as_sentence(state.detail)}"
+        return f"Engine crashed: {capitalised(state.detail)}"
     return "Engine stopped"
 
 
@@ -152,7 +148,7 @@ class EngineStatus(QWidget):
         """The last engine error in a dialog (non-blocking), its traceback or log lines under Details."""
         if self.last_error is None:
             return None
-        message = as_sentence(self.last_error.message)
+        message = sentence(self.last_error.message)
         box = QMessageBox(QMessageBox.Icon.Warning, "Engine error", message, parent=self)
         if self.last_error.traceback:
             box.setDetailedText(self.last_error.traceback)

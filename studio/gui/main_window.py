@@ -36,6 +36,7 @@ from studio.gui.takes_panel import TakesPanel
 from studio.gui.text_panel import TextPanel
 from studio.gui.transcripts import TranscriptController
 from studio.gui.voice_panel import VoicePanel
+from studio.gui.wording import sentence
 from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import Settings, data_dir, save_settings
 from studio.takes import TakeError, TakeStore
@@ -363,7 +364,7 @@ class MainWindow(QMainWindow):
         try:
             new = dialog.result_settings()
         except ValueError as exc:
-            QMessageBox.warning(self, "Settings", str(exc))
+            QMessageBox.warning(self, "Settings", sentence(str(exc)))
             return
         self.apply_settings(new)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
+from studio.gui.wording import capitalised
+
 _VERDICT_COLOURS = {"good": "#81c784", "usable": "#ffb74d", "poor": "#e57373"}
 
 
@@ -85,7 +87,7 @@ class TranscriptBox(QWidget):
     def set_unavailable(self, reason: str) -> None:
         """No automatic transcript: say why; the user types it."""
         if "type the transcript" in reason.lower():  # the reason already says what to do
-            text = reason[:1].upper() + reason[1:]
+            text = capitalised(reason)
         else:
             text = f"Type the transcript: {reason}"
         self._unavailable_note = f"<span style='color:#ffb74d'>{text}</span>"

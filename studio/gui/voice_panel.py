@@ -27,6 +27,7 @@ from studio.gui.reference_draft import DraftStore, ReferenceDraft
 from studio.gui.transcript_box import quality_html
 from studio.gui.transport import Clip
 from studio.gui.voice_layout import START_HINT, build_voice_panel
+from studio.gui.wording import capitalised, sentence
 from studio.voices import Voice, VoiceError, VoiceExistsError, VoiceLibrary
 
 
@@ -125,7 +126,7 @@ class VoicePanel(QWidget):
             voice = self.library.get(slug)
             original = self.library.load_original(slug)
         except VoiceError as exc:
-            QMessageBox.warning(self, "Saved voice", str(exc))
+            QMessageBox.warning(self, "Saved voice", sentence(str(exc)))
             return
         report = f"Saved voice “{voice.name}”: {voice.duration_s:.1f} s."
         # nothing to clean again: the saved prompt is used as it is, its original only shown and played
@@ -284,10 +285,7 @@ class VoicePanel(QWidget):
                 name, audio, rate, self.transcript.text(), original, original_rate, overwrite=overwrite
             )
         except VoiceExistsError as exc:
-            reason = str(exc)
-            answer = QMessageBox.question(
-                self, "Save voice", f"{reason[:1].upper()}{reason[1:]}. Replace it?"
-            )
+            answer = QMessageBox.question(self, "Save voice", f"{capitalised(str(exc))}. Replace it?")
             if answer == QMessageBox.StandardButton.Yes:
                 return self.save_voice(name, overwrite=True)
             return False
@@ -295,7 +293,7 @@ class VoicePanel(QWidget):
             QMessageBox.warning(self, "Save voice", exc.explain("the voice was not saved"))
             return False
         except VoiceError as exc:
-            QMessageBox.warning(self, "Save voice", str(exc))
+            QMessageBox.warning(self, "Save voice", sentence(str(exc)))
             return False
         if self.showing_draft:  # in the library now: no longer an unsaved recording
             self.draft = None

@@ -102,3 +102,14 @@ def test_picking_a_saved_voice_while_a_recording_is_cleaned_keeps_both(panel, qt
     panel.on_pick_saved(0)  # the unsaved recording, cleaned again
     qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
     assert panel.current_prompt().voice_id == "" and panel.after.duration > 5.0
+
+
+def test_a_refused_save_is_told_in_a_sentence(panel, qtbot, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    panel.set_recording(0.4 * synthetic_voice(22050, 4.0), 22050)
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)
+    told = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: told.append(text))
+    assert not panel.save_voice("  ")
+    assert told == ["A voice name cannot be empty."]
