@@ -411,6 +411,7 @@ class MainWindow(QMainWindow):
     # -- closing -------------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._closing = True
+        self.voice_panel.stop()  # a recording still running ends here and is kept with the session
         self.session.flush()
         self.settings.extra["window_geometry"] = bytes(self.saveGeometry().toHex()).decode()
         self.update_settings(dataclasses.replace(self.settings, stream=self.text_panel.stream.isChecked()))

@@ -185,3 +185,25 @@ def test_quitting_while_an_import_is_read_raises_nothing(qtbot, monkeypatch, tmp
     window.close()  # the file is read after the jobs shut down: its result must not start new jobs
     QApplication.processEvents()  # delivers the read file's result
     assert window.voice_panel.current_prompt() is None
+
+
+def test_a_recording_still_running_at_quit_comes_back(qtbot, monkeypatch, tiny_model_dir):
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+    from PySide6.QtMultimedia import QAudioFormat
+
+    window = _open(qtbot, monkeypatch, Settings(model_dir=str(tiny_model_dir), asr_model=""))
+    voice = 0.4 * synthetic_voice(16000, 4.0)
+    microphone = QBuffer()
+    microphone.setData(QByteArray(np.round(voice * 32767).astype("<i2").tobytes()))
+    assert microphone.open(QIODevice.OpenModeFlag.ReadOnly)
+    recorder = window.voice_panel.recorder
+    recorder.start_from_device(microphone, 16000, QAudioFormat.SampleFormat.Int16, 1)
+    qtbot.waitUntil(microphone.atEnd, timeout=5000)
+    window.close()  # still recording
+
+    again = _open(qtbot, monkeypatch, load_settings())
+    panel = again.voice_panel
+    np.testing.assert_allclose(panel.reference_clip("original").samples, voice, atol=1e-4)
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)  # cleaned again
+    assert "unsaved recording" in panel.saved.currentText()
+    again.shutdown()
