@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -18,6 +19,15 @@ from studio.atomic_files import atomic_write_bytes, ensure_folder, remove_leftov
 
 log = logging.getLogger("studio.gui")
 MANIFEST = "draft.json"
+_DRAFT_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def _original_file(draft_id: str) -> str:
+    return f"{draft_id}.original.wav"
+
+
+def _cleaned_file(draft_id: str, generation: int) -> str:
+    return f"{draft_id}.cleaned-{generation}.wav"
 
 
 @dataclass(eq=False)
@@ -45,18 +55,16 @@ class ReferenceDraft:
 
     def files(self) -> dict[str, tuple[np.ndarray, int]]:
         """The audio files that hold this draft, by file name."""
-        files = {f"{self.draft_id}.original.wav": self.original}
+        files = {_original_file(self.draft_id): self.original}
         if self.cleaned is not None:
-            files[f"{self.draft_id}.cleaned-{self.cleaned_generation}.wav"] = self.cleaned
+            files[_cleaned_file(self.draft_id, self.cleaned_generation)] = self.cleaned
         return files
 
     def manifest(self) -> dict:
-        names = list(self.files())
+        """What `DraftStore.load` reads back besides the audio (``cleaned``: 0 while not cleaned)."""
         return {
             "id": self.draft_id,
-            "original": names[0],
-            "cleaned": names[1] if len(names) > 1 else "",
-            "cleaned_generation": self.cleaned_generation,
+            "cleaned": self.cleaned_generation if self.cleaned is not None else 0,
             "transcript": self.transcript,
             "origin": self.origin,
             "report": self.report,
@@ -79,8 +87,8 @@ class DraftStore:
         self._written: set[str] = set()
         self._manifest: dict | None = None
 
-    def track(self, draft: ReferenceDraft | None) -> None:
-        """``draft`` is the unsaved reference from now on (None: there is none; its files go at the next save)."""
+    def track(self, draft: ReferenceDraft) -> None:
+        """``draft`` is the unsaved reference from now on (the one before it is not written any more)."""
         with self._lock:
             self._current = draft
 
@@ -119,10 +127,15 @@ class DraftStore:
 
         try:
             manifest = json.loads((self.folder / MANIFEST).read_text(encoding="utf-8"))
-            original, rate = sf.read(self.folder / manifest["original"], dtype="float32")
+            draft_id, generation = str(manifest["id"]), int(manifest["cleaned"])
+            if not _DRAFT_ID.fullmatch(draft_id):
+                raise ValueError(f"{MANIFEST} names no draft ({draft_id!r})")
+            original, rate = sf.read(self.folder / _original_file(draft_id), dtype="float32")
             cleaned = None
-            if manifest.get("cleaned"):
-                samples, cleaned_rate = sf.read(self.folder / manifest["cleaned"], dtype="float32")
+            if generation:
+                samples, cleaned_rate = sf.read(
+                    self.folder / _cleaned_file(draft_id, generation), dtype="float32"
+                )
                 cleaned = (samples, int(cleaned_rate))
             draft = ReferenceDraft(
                 (original, int(rate)),
@@ -131,20 +144,10 @@ class DraftStore:
                 origin=str(manifest.get("origin", "")),
                 report=str(manifest.get("report", "")),
                 quality=str(manifest.get("quality", "")),
-                draft_id=str(manifest["id"]),
-                cleaned_generation=int(manifest.get("cleaned_generation", 0)),
+                draft_id=draft_id,
+                cleaned_generation=generation,
             )
-            if list(draft.files()) != [
-                name for name in (manifest["original"], manifest.get("cleaned")) if name
-            ]:
-                raise ValueError(f"{MANIFEST} names files that do not belong to draft {draft.draft_id}")
-        except (
-            OSError,
-            ValueError,
-            KeyError,
-            TypeError,
-            RuntimeError,
-        ) as exc:  # soundfile raises RuntimeError
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:  # RuntimeError: soundfile
             log.warning("the unsaved recording in %s cannot be read: %s", self.folder, exc)
             return None
         with self._lock:

@@ -54,3 +54,5 @@ def test_an_unreadable_draft_is_skipped(tmp_path, caplog):
     tmp_path.joinpath(MANIFEST).write_text("{not json")
     assert DraftStore(tmp_path).load() is None
     assert "cannot be read" in caplog.text
+    tmp_path.joinpath(MANIFEST).write_text(json.dumps({"id": "../../voices/x", "cleaned": 0}))
+    assert DraftStore(tmp_path).load() is None  # a draft's files are only ever its own, in its folder
