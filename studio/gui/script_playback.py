@@ -53,7 +53,12 @@ class ScriptPlayback(QObject):
     def playing(self) -> bool:
         """A clip of this view plays or is paused."""
         transport = self.transport
-        return transport is not None and transport.key == self._key and transport.state != "stopped"
+        return (
+            transport is not None
+            and self._key is not None
+            and transport.key == self._key
+            and transport.state != "stopped"
+        )
 
     def play(
         self, folder: Path, render: ScriptRender, records: list[LineRecord], first: LineRecord, to_end: bool
