@@ -113,3 +113,18 @@ def test_a_refused_save_is_told_in_a_sentence(panel, qtbot, monkeypatch):
     monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: told.append(text))
     assert not panel.save_voice("  ")
     assert told == ["A voice name cannot be empty."]
+
+
+def test_a_disk_that_refuses_the_unsaved_recording_is_told(qtbot, tmp_path):
+    from studio.gui.reference_draft import DraftStore
+
+    blocked = tmp_path / "unsaved-recording"
+    blocked.write_text("a file where the folder should be")
+    jobs = BackgroundJobs()
+    panel = VoicePanel(VoiceLibrary(tmp_path / "voices"), jobs, drafts=DraftStore(blocked))
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.sig_message, timeout=10_000) as told:
+        panel.set_recording(0.4 * synthetic_voice(22050, 4.0), 22050)
+    assert str(blocked) in told.args[0] and "kept only until the studio closes" in told.args[0]
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None, timeout=60_000)  # the studio carries on
+    jobs.shutdown()
