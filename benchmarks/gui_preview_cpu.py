@@ -92,9 +92,9 @@ class Bench:
     """The preview panel wired to a transport and player as the window's Playback wires them."""
 
     def __init__(self, stored_seconds: float) -> None:
-        from studio.gui.player import StreamPlayer
-        from studio.gui.preview import PreviewPanel
-        from studio.gui.transport import Transport
+        from studio.gui.playback.player import StreamPlayer
+        from studio.gui.playback.preview import PreviewPanel
+        from studio.gui.playback.transport import Transport
 
         self.stored_seconds = stored_seconds
         self.preview = PreviewPanel()
@@ -111,7 +111,7 @@ class Bench:
     def run_take(self, seconds: float, rtf: float) -> dict:
         from PySide6.QtCore import QEventLoop, QTimer
 
-        from studio.gui.transport import Clip
+        from studio.gui.playback.transport import Clip
 
         lengths = list(engine_chunk_lengths(seconds))
         loop = QEventLoop()

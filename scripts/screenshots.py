@@ -158,7 +158,7 @@ def gpu_replay_shot(samples_file: Path, path: Path, pump) -> None:
     import json
 
     from studio.gpu.nvml import GpuSnapshot
-    from studio.gui import gpu_panel as panel_module
+    from studio.gui.engine import gpu_panel as panel_module
 
     recording = json.loads(samples_file.read_text())
     clock = [1000.0]

@@ -15,28 +15,28 @@ from PySide6.QtWidgets import (
 )
 
 from studio.engine.protocol import EngineState, Error, Hello, LoadModel, State
-from studio.gui.bridge import EngineBridge
-from studio.gui.denoise import TakeDenoiser
-from studio.gui.disk_notices import KeptTakeNotice, folder_problems
-from studio.gui.engine_location import engine_client, is_remote, move_engine
-from studio.gui.engine_location import gpu_query as remote_gpu_query
-from studio.gui.engine_status import EngineStatus
-from studio.gui.export_folder import ExportFolder
+from studio.gui.engine.bridge import EngineBridge
+from studio.gui.engine.engine_location import engine_client, is_remote, move_engine
+from studio.gui.engine.engine_location import gpu_query as remote_gpu_query
+from studio.gui.engine.engine_status import EngineStatus
+from studio.gui.engine.gpu_panel import GpuPanel
 from studio.gui.first_run import FirstRunPanel, missing_model_files
-from studio.gui.gpu_panel import GpuPanel
-from studio.gui.jobs import BackgroundJobs
-from studio.gui.playback import Playback
-from studio.gui.preview import PreviewPanel
-from studio.gui.reference_draft import DraftStore
-from studio.gui.script_view import ScriptView
+from studio.gui.playback.playback import Playback
+from studio.gui.playback.preview import PreviewPanel
+from studio.gui.script.script_view import ScriptView
 from studio.gui.session import SessionKeeper, take_state
 from studio.gui.settings_dialog import SettingsDialog, engine_changed
-from studio.gui.take_controller import TakeController
-from studio.gui.takes_panel import TakesPanel
-from studio.gui.text_panel import TextPanel
-from studio.gui.transcripts import TranscriptController
-from studio.gui.voice_panel import VoicePanel
-from studio.gui.wording import sentence
+from studio.gui.take.export_folder import ExportFolder
+from studio.gui.take.take_controller import TakeController
+from studio.gui.take.takes_panel import TakesPanel
+from studio.gui.take.text_panel import TextPanel
+from studio.gui.voice.denoise import TakeDenoiser
+from studio.gui.voice.reference_draft import DraftStore
+from studio.gui.voice.transcripts import TranscriptController
+from studio.gui.voice.voice_panel import VoicePanel
+from studio.gui.widgets.disk_notices import KeptTakeNotice, folder_problems
+from studio.gui.widgets.jobs import BackgroundJobs
+from studio.gui.widgets.wording import sentence
 from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import Settings, data_dir, save_settings
 from studio.takes import TakeError, TakeStore

@@ -2,7 +2,7 @@
 instruction, speed, seed, Reduce noise, the picked saved voice, the export format, the view shown and the
 Script view's options are kept in the settings (``extra["session"]``), written atomically at most a second
 after each change and at close, and restored when the window opens. The voice "" is the unsaved recording,
-which the voice panel keeps on disk itself (`studio.gui.reference_draft`) and shows when it opens."""
+which the voice panel keeps on disk itself (`studio.gui.voice.reference_draft`) and shows when it opens."""
 
 from __future__ import annotations
 

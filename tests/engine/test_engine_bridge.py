@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from studio.engine.protocol import EngineState, LoadModel, Synthesize  # noqa: E402
-from studio.gui.bridge import EngineBridge  # noqa: E402
+from studio.gui.engine.bridge import EngineBridge  # noqa: E402
 from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice  # noqa: E402
 
 pytestmark = pytest.mark.gui

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from studio.engine.protocol import EngineState, Error, Progress, State
-from studio.gui.engine_status import EngineStatus
+from studio.gui.engine.engine_status import EngineStatus
 
 pytestmark = pytest.mark.gui
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from studio.gpu.nvml import GpuSnapshot, NvmlUnavailable
-from studio.gui.gpu_panel import GIB, GpuPanel
+from studio.gui.engine.gpu_panel import GIB, GpuPanel
 
 pytestmark = pytest.mark.gui
 

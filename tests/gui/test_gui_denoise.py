@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QTimer
 
-from studio.gui.denoise import TakeDenoiser
+from studio.gui.voice.denoise import TakeDenoiser
 from studio.takes import TakeStore
 
 pytestmark = pytest.mark.gui

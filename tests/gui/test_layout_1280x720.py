@@ -10,7 +10,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
 from studio.gpu.nvml import GpuSnapshot, NvmlUnavailable
-from studio.gui.gpu_panel import GIB
+from studio.gui.engine.gpu_panel import GIB
 
 pytestmark = pytest.mark.gui
 CRASH = (

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtMultimedia import QAudioFormat, QMediaDevices
 
-from studio.gui.player import StreamPlayer, encode_pcm
+from studio.gui.playback.player import StreamPlayer, encode_pcm
 
 pytestmark = pytest.mark.gui
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from studio.gui.preview import PreviewPanel
-from studio.gui.waveform import MAX_COLUMNS, Envelope
+from studio.gui.playback.preview import PreviewPanel
+from studio.gui.playback.waveform import MAX_COLUMNS, Envelope
 
 pytestmark = pytest.mark.gui
 

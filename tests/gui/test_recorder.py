@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice
 from PySide6.QtMultimedia import QAudioFormat, QMediaDevices
 
-from studio.gui.recorder import Recorder, decode_pcm
+from studio.gui.voice.recorder import Recorder, decode_pcm
 
 pytestmark = pytest.mark.gui
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from studio.gui.reference_draft import MANIFEST, DraftStore, ReferenceDraft
+from studio.gui.voice.reference_draft import MANIFEST, DraftStore, ReferenceDraft
 
 
 def _draft(seconds: float = 1.0, rate: int = 22050) -> ReferenceDraft:

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from studio.engine.protocol import EngineState, State
-from studio.gui.engine_status import describe_state
+from studio.gui.engine.engine_status import describe_state
 from studio.runtime.warmup import synthetic_voice
 from studio.settings import Settings
 from studio.takes import TakeStore
@@ -106,9 +106,9 @@ def test_playback_of_a_finished_take_can_be_stopped(window, qtbot):
 
 def test_other_modes_do_not_store_an_instruction_and_crash_text_starts_with_a_capital(qtbot, tmp_path):
     from studio.engine.protocol import AudioChunk, TakeFinished, TakeStats
-    from studio.gui.take_controller import TakeController
-    from studio.gui.text_panel import TextRequest
-    from studio.gui.voice_panel import Prompt
+    from studio.gui.take.take_controller import TakeController
+    from studio.gui.take.text_panel import TextRequest
+    from studio.gui.voice.voice_panel import Prompt
     from studio.request import Mode
     from tests.gui.test_take_controller import RecordingBridge
 
@@ -127,7 +127,7 @@ def test_other_modes_do_not_store_an_instruction_and_crash_text_starts_with_a_ca
 
 
 def test_the_text_shows_its_length_and_help_lists_the_shortcuts(window):
-    from studio.gui.text_panel import estimated_seconds
+    from studio.gui.take.text_panel import estimated_seconds
 
     window.text_panel.editor.setPlainText("Hello there [breath] my good friend, how are you today?")
     assert window.text_panel.length.text() == "55 characters · about 3 s of speech"  # 9 words at 2.6 a second
@@ -230,7 +230,7 @@ def test_the_finished_take_shows_the_latency_that_was_streamed_and_saved(window)
 def test_the_engine_crash_dialog_starts_its_sentence_with_a_capital(qtbot):
     from studio.engine.client import describe_exit
     from studio.engine.protocol import Error
-    from studio.gui.engine_status import EngineStatus
+    from studio.gui.engine.engine_status import EngineStatus
 
     status = EngineStatus()
     qtbot.addWidget(status)

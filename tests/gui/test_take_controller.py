@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from studio.engine.protocol import AudioChunk, EngineState, Error, State, TakeFinished, TakeStats
-from studio.gui.bridge import EngineSignals
-from studio.gui.take_controller import TakeController
-from studio.gui.text_panel import TextRequest
-from studio.gui.voice_panel import Prompt
+from studio.gui.engine.bridge import EngineSignals
+from studio.gui.take.take_controller import TakeController
+from studio.gui.take.text_panel import TextRequest
+from studio.gui.voice.voice_panel import Prompt
 from studio.request import Mode
 from studio.takes import TakeStore
 
@@ -119,7 +119,7 @@ def test_a_take_the_disk_refuses_is_kept_in_the_recovery_folder_and_announced(qt
 def test_when_the_recovery_disk_is_full_too_the_take_stays_in_memory_and_can_be_saved_elsewhere(
     qtbot, small_disk, tmp_path
 ):
-    from studio.gui.disk_notices import KeptTakeNotice
+    from studio.gui.widgets.disk_notices import KeptTakeNotice
 
     bridge = RecordingBridge()
     takes = TakeController(bridge, TakeStore(small_disk(16)), recovery=TakeStore(small_disk(16)))
@@ -199,7 +199,7 @@ def test_a_take_named_with_tags_before_exports_under_a_plain_file_name(tmp_path)
 
 
 def test_a_take_kept_in_memory_is_named_without_its_tags():
-    from studio.gui.disk_notices import kept_name
+    from studio.gui.widgets.disk_notices import kept_name
     from studio.recovery import KeptTake
 
     kept = KeptTake(np.zeros(10, np.float32), 24000, {"text": TAGGED, "name": None}, "the disk is full")

@@ -89,7 +89,7 @@ def test_regenerate_puts_back_text_voice_mode_instruction_speed_and_seed_and_sta
 def test_show_file_without_a_file_manager_names_the_path_and_copies_it(window, qtbot, monkeypatch):
     from PySide6.QtGui import QGuiApplication
 
-    from studio.gui import desktop
+    from studio.gui.widgets import desktop
 
     take = _take(window, "where am I")
     monkeypatch.setattr(desktop.QDesktopServices, "openUrl", lambda url: False)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from studio.gui.takes_panel import TakesPanel
+from studio.gui.take.takes_panel import TakesPanel
 from studio.takes import TakeStore
 
 pytestmark = pytest.mark.gui

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QPushButton
 
-from studio.gui.text_panel import TextPanel
+from studio.gui.take.text_panel import TextPanel
 from studio.tags import EVENT_TAGS
 
 pytestmark = pytest.mark.gui

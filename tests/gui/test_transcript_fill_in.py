@@ -9,11 +9,11 @@ import pytest
 from PySide6.QtCore import Qt
 
 from studio.engine.protocol import Error, Transcript
-from studio.gui.bridge import EngineSignals
-from studio.gui.jobs import BackgroundJobs
-from studio.gui.text_panel import TextPanel
-from studio.gui.transcripts import TranscriptController
-from studio.gui.voice_panel import VoicePanel
+from studio.gui.engine.bridge import EngineSignals
+from studio.gui.take.text_panel import TextPanel
+from studio.gui.voice.transcripts import TranscriptController
+from studio.gui.voice.voice_panel import VoicePanel
+from studio.gui.widgets.jobs import BackgroundJobs
 from studio.request import Mode
 from studio.runtime.warmup import synthetic_voice
 from studio.voices import VoiceLibrary

@@ -8,8 +8,8 @@ import soundfile as sf
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from studio.gui.jobs import BackgroundJobs
-from studio.gui.voice_panel import VoicePanel
+from studio.gui.voice.voice_panel import VoicePanel
+from studio.gui.widgets.jobs import BackgroundJobs
 from studio.runtime.warmup import synthetic_voice
 from studio.voices import VoiceLibrary
 
@@ -116,7 +116,7 @@ def test_a_refused_save_is_told_in_a_sentence(panel, qtbot, monkeypatch):
 
 
 def test_a_disk_that_refuses_the_unsaved_recording_is_told(qtbot, tmp_path):
-    from studio.gui.reference_draft import DraftStore
+    from studio.gui.voice.reference_draft import DraftStore
 
     blocked = tmp_path / "unsaved-recording"
     blocked.write_text("a file where the folder should be")

@@ -13,8 +13,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
-from studio.gui.text_panel import TextRequest
-from studio.gui.voice_panel import Prompt
+from studio.gui.take.text_panel import TextRequest
+from studio.gui.voice.voice_panel import Prompt
 from studio.recovery import KeptTake, store_or_keep
 from studio.request import Mode, RequestError
 from studio.tags import name_from_text

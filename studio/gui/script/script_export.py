@@ -10,8 +10,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QPushButton, QSpinBox, QWidget
 
 from studio.audio.export import OUTPUT_RATES
-from studio.gui.flow_layout import FlowLayout
-from studio.gui.takes_panel import EXPORT_FORMATS
+from studio.gui.take.takes_panel import EXPORT_FORMATS
+from studio.gui.widgets.flow_layout import FlowLayout
 from studio.script.manifest import RenderSettings
 
 PARAGRAPH_S = 0.75  # a blank line's pause: at least this, or three gaps

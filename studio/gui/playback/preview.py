@@ -8,8 +8,8 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from studio.gui.elided_label import WrappedLabel
-from studio.gui.waveform import WaveformView
+from studio.gui.playback.waveform import WaveformView
+from studio.gui.widgets.elided_label import WrappedLabel
 
 
 class PreviewPanel(QWidget):

@@ -12,8 +12,8 @@ import numpy as np
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from studio.gui.script_table import ScriptTable
-from studio.gui.transport import Clip, Transport
+from studio.gui.playback.transport import Clip, Transport
+from studio.gui.script.script_table import ScriptTable
 from studio.script.assemble import Joiner
 from studio.script.manifest import LineRecord
 from studio.script.render import ScriptRender

@@ -32,10 +32,10 @@ from PySide6.QtWidgets import (
 
 from studio.atomic_files import DiskError
 from studio.audio.errors import AudioError
-from studio.gui.desktop import reveal
-from studio.gui.elided_label import ElidedLabel
-from studio.gui.export_folder import ExportFolder
-from studio.gui.take_details import TakeDetails, first_audio_latency
+from studio.gui.take.export_folder import ExportFolder
+from studio.gui.take.take_details import TakeDetails, first_audio_latency
+from studio.gui.widgets.desktop import reveal
+from studio.gui.widgets.elided_label import ElidedLabel
 from studio.takes import Take, TakeError, TakeStore
 
 EXPORT_FORMATS = (("wav16", "WAV 16-bit"), ("wav32f", "WAV 32-bit float"), ("flac", "FLAC"), ("mp3", "MP3"),

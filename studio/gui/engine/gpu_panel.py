@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout, QWidget
 
 from studio.gpu.nvml import GpuSnapshot, NvmlUnavailable, process_tree_memory, query_gpus
 from studio.gpu.procs import descendants
-from studio.gui.elided_label import ElidedLabel, WrappedLabel
+from studio.gui.widgets.elided_label import ElidedLabel, WrappedLabel
 
 SAMPLE_INTERVAL_MS = 500
 WINDOW_SECONDS = 300.0

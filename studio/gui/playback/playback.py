@@ -9,8 +9,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox
 
-from studio.gui.player import StreamPlayer
-from studio.gui.transport import Clip, Transport
+from studio.gui.playback.player import StreamPlayer
+from studio.gui.playback.transport import Clip, Transport
 from studio.takes import Take, TakeError
 
 

@@ -1,7 +1,7 @@
 """The voice panel: record (device picker, level meter, timer, 30 s limit) or import (dialog or drag and
 drop) a reference voice, clean it with the audio core (before/after waveforms, playback of both), type its
 transcript, save it as a named voice, or pick a saved one. A reference not saved yet is kept on disk as
-the unsaved recording (`studio.gui.reference_draft`) and listed first among the saved voices."""
+the unsaved recording (`studio.gui.voice.reference_draft`) and listed first among the saved voices."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from PySide6.QtWidgets import (
 )
 
 from studio.atomic_files import DiskError
-from studio.gui.jobs import BackgroundJobs
-from studio.gui.recorder import Recorder
-from studio.gui.reference_audio import AUDIO_FILTER, clean_recording, load_file, summarise_report
-from studio.gui.reference_draft import DraftStore, ReferenceDraft
-from studio.gui.transcript_box import quality_html
-from studio.gui.transport import Clip
-from studio.gui.voice_layout import START_HINT, build_voice_panel
-from studio.gui.wording import capitalised, sentence
+from studio.gui.playback.transport import Clip
+from studio.gui.voice.recorder import Recorder
+from studio.gui.voice.reference_audio import AUDIO_FILTER, clean_recording, load_file, summarise_report
+from studio.gui.voice.reference_draft import DraftStore, ReferenceDraft
+from studio.gui.voice.transcript_box import quality_html
+from studio.gui.voice.voice_layout import START_HINT, build_voice_panel
+from studio.gui.widgets.jobs import BackgroundJobs
+from studio.gui.widgets.wording import capitalised, sentence
 from studio.voices import Voice, VoiceError, VoiceExistsError, VoiceLibrary
 
 

@@ -9,7 +9,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton, QWidget
 
 from studio.engine.protocol import EngineState, Error, Progress, State
-from studio.gui.wording import capitalised, sentence
+from studio.gui.widgets.wording import capitalised, sentence
 
 STATE_COLOURS = {
     EngineState.STARTING: "#90a4ae",

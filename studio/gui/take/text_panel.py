@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.gui.tag_bar import TagBar
+from studio.gui.take.tag_bar import TagBar
 from studio.request import Mode
 from studio.tags import strip_tags
 

@@ -25,13 +25,13 @@ from PySide6.QtWidgets import (
 
 from studio.audio.export import safe_filename
 from studio.engine.protocol import EngineState
-from studio.gui.elided_label import ElidedLabel
-from studio.gui.export_folder import ExportFolder
-from studio.gui.flow_layout import FlowLayout
-from studio.gui.script_controller import ScriptController
-from studio.gui.script_export import ScriptExportBar
-from studio.gui.script_playback import ScriptPlayback
-from studio.gui.script_table import ScriptTable
+from studio.gui.script.script_controller import ScriptController
+from studio.gui.script.script_export import ScriptExportBar
+from studio.gui.script.script_playback import ScriptPlayback
+from studio.gui.script.script_table import ScriptTable
+from studio.gui.take.export_folder import ExportFolder
+from studio.gui.widgets.elided_label import ElidedLabel
+from studio.gui.widgets.flow_layout import FlowLayout
 from studio.script.parse import ScriptError, read_script
 from studio.script.project import SCRIPT_NAME, export_render, load_script, save_script
 

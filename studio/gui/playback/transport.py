@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from studio.gui.player import StreamPlayer
+from studio.gui.playback.player import StreamPlayer
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,9 +15,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from studio.gui.recorder import MAX_SECONDS
-from studio.gui.transcript_box import TranscriptBox
-from studio.gui.waveform import WaveformView
+from studio.gui.playback.waveform import WaveformView
+from studio.gui.voice.recorder import MAX_SECONDS
+from studio.gui.voice.transcript_box import TranscriptBox
 from studio.request import PROMPT_LENGTH_ADVICE
 
 #: What the panel says before the first reference.

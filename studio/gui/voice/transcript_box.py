@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
-from studio.gui.wording import capitalised
+from studio.gui.widgets.wording import capitalised
 
 _VERDICT_COLOURS = {"good": "#81c784", "usable": "#ffb74d", "poor": "#e57373"}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QPushButton, QWidget
 
-from studio.gui.flow_layout import FlowLayout
+from studio.gui.widgets.flow_layout import FlowLayout
 from studio.tags import EVENT_TAGS, SPAN_TAGS
 
 _PREVIOUS = (Qt.Key.Key_Left, Qt.Key.Key_Up)

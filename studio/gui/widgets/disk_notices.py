@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from studio.atomic_files import DiskError, ensure_folder
 from studio.audio.errors import AudioError
 from studio.audio.export import ExportFormat, write_audio
-from studio.gui.export_folder import ExportFolder
+from studio.gui.take.export_folder import ExportFolder
 from studio.recovery import KeptTake
 from studio.tags import name_from_text
 

@@ -1,0 +1,1 @@
+"""Playback: the audio player, the transport bar, the streamed take's preview and its waveform."""

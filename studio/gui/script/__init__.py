@@ -1,0 +1,1 @@
+"""The Script tab: a long-form script as lines, each rendered, retaken and exported."""

@@ -1,0 +1,1 @@
+"""The reference voice: import, record, clean, transcribe and save it."""

@@ -1,0 +1,1 @@
+"""Small widgets and helpers the other parts share."""
