@@ -30,13 +30,6 @@ COMMAND_MODULES = (
 )
 
 
-def studio_command(*arguments: str) -> list[str]:
-    """The command line that runs ``cosyvoice-studio ARGUMENTS`` from this installation (frozen or not)."""
-    if getattr(sys, "frozen", False):  # PyInstaller: the executable is the studio's command line itself
-        return [sys.executable, *arguments]
-    return [sys.executable, "-m", "studio", *arguments]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cosyvoice-studio",

@@ -51,7 +51,7 @@ def setup_gui_logging(log_dir: Path) -> Path:
 
 def doctor_findings(timeout: float = 120.0) -> list | dict:
     """``cosyvoice-studio doctor --json`` as data (or what went wrong running it)."""
-    from studio.cli import studio_command
+    from studio.launch import studio_command
 
     try:
         done = subprocess.run(

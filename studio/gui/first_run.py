@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.cli import studio_command
+from studio.launch import studio_command
 from studio.model_layout import missing_files
 
 
