@@ -33,17 +33,24 @@ def setup_gui_logging(log_dir: Path) -> Path:
     logging.getLogger().addHandler(handler)
     crash = open(log_dir / "gui.crash", "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the studio
     faulthandler.enable(crash)
-    levels = {QtMsgType.QtDebugMsg: logging.DEBUG, QtMsgType.QtInfoMsg: logging.INFO,
-              QtMsgType.QtWarningMsg: logging.WARNING, QtMsgType.QtCriticalMsg: logging.ERROR,
-              QtMsgType.QtFatalMsg: logging.CRITICAL}  # fmt: skip
+    levels = {
+        QtMsgType.QtDebugMsg: logging.DEBUG,
+        QtMsgType.QtInfoMsg: logging.INFO,
+        QtMsgType.QtWarningMsg: logging.WARNING,
+        QtMsgType.QtCriticalMsg: logging.ERROR,
+        QtMsgType.QtFatalMsg: logging.CRITICAL,
+    }
     qt_log = logging.getLogger("qt")
     qInstallMessageHandler(
         lambda kind, _context, message: qt_log.log(levels.get(kind, logging.INFO), message)
     )
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
-        log.error("uncaught exception in thread %s", getattr(args.thread, "name", "?"),
-                  exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # fmt: skip
+        log.error(
+            "uncaught exception in thread %s",
+            getattr(args.thread, "name", "?"),
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )
 
     threading.excepthook = thread_hook
     return log_dir / "gui.log"

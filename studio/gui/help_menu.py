@@ -62,9 +62,12 @@ class HelpMenu(QObject):
                 return
         self.window.show_message("Collecting diagnostics (running doctor)…")
         self.window.jobs.submit(
-            write_diagnostics, Path(target), data_dir(create=False), self.window.settings.to_dict(),
+            write_diagnostics,
+            Path(target),
+            data_dir(create=False),
+            self.window.settings.to_dict(),
             callback=self._on_saved,
-        )  # fmt: skip
+        )
 
     def _on_saved(self, result=None, error=None) -> None:
         self.window.show_message(

@@ -102,8 +102,13 @@ class MainWindow(QMainWindow):
             lambda folder: self.update_settings(dataclasses.replace(self.settings, last_export_folder=folder))
         )
         loudness = settings.export_loudness  # scripts export like takes until the session says otherwise
-        self.script_view.export_bar.apply_options({"rate": settings.export_sample_rate, "loudness_on": bool(loudness),
-                                                   **({"loudness": loudness} if loudness else {})})  # fmt: skip
+        self.script_view.export_bar.apply_options(
+            {
+                "rate": settings.export_sample_rate,
+                "loudness_on": bool(loudness),
+                **({"loudness": loudness} if loudness else {}),
+            }
+        )
         self._build_layout()
         self._connect()
         self.preview.denoise.setChecked(settings.denoise)

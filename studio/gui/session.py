@@ -28,13 +28,20 @@ class SessionKeeper(QObject):
         self._timer.timeout.connect(self.flush)
         text, voice = window.text_panel, window.voice_panel
         for signal in (
-            text.editor.textChanged, text.mode.currentIndexChanged, text.instruct.textChanged,
-            text.speed.valueChanged, text.seed.valueChanged, text.random_seed.toggled,
-            voice.denoise_prompt.toggled, voice.saved.currentIndexChanged, voice.transcript.textChanged,
+            text.editor.textChanged,
+            text.mode.currentIndexChanged,
+            text.instruct.textChanged,
+            text.speed.valueChanged,
+            text.seed.valueChanged,
+            text.random_seed.toggled,
+            voice.denoise_prompt.toggled,
+            voice.saved.currentIndexChanged,
+            voice.transcript.textChanged,
             window.takes_panel.export_format.currentIndexChanged,
-            window.script_view.export_bar.sig_changed, window.script_view.at_once.valueChanged,
+            window.script_view.export_bar.sig_changed,
+            window.script_view.at_once.valueChanged,
             window.views.currentChanged,
-        ):  # fmt: skip
+        ):
             signal.connect(self.changed)
 
     def capture(self) -> dict[str, Any]:
@@ -53,7 +60,7 @@ class SessionKeeper(QObject):
             "script": {
                 **self.window.script_view.export_bar.options(),
                 "at_once": self.window.script_view.at_once.value(),
-            },  # fmt: skip
+            },
         }
 
     def changed(self, *_args) -> None:

@@ -150,8 +150,10 @@ class SettingsDialog(QDialog):
             else "No NVIDIA GPU found: the engine runs on the CPU; the GPU options are hidden."
         )
         if not self.gpu_names:  # the reason, and what is hidden, on hover: the dialog fits 1280x720
-            self.gpu_note.setToolTip(f"{why_no_gpu or 'NVML saw no GPU'}. Hidden: fp16, the VRAM budget, "
-                                     "vLLM's memory share and CUDA graphs.")  # fmt: skip
+            self.gpu_note.setToolTip(
+                f"{why_no_gpu or 'NVML saw no GPU'}. Hidden: fp16, the VRAM budget, "
+                "vLLM's memory share and CUDA graphs."
+            )
         self.gpu_note.setObjectName("Hint")
         self.gpu_note.setWordWrap(True)
         form.addRow("", self.gpu_note)
@@ -261,8 +263,10 @@ class SettingsDialog(QDialog):
         self.export_loudness.setSuffix(" LUFS")
         self.export_loudness.setSpecialValueText("loudness as made")  # the minimum
         self.export_loudness.setValue(settings.export_loudness or LOUDNESS_OFF)
-        self.export_loudness.setToolTip("Integrated loudness of exported takes (EBU R128), under a -1 dBTP "
-                                        "true-peak ceiling; -20 suits speech")  # fmt: skip
+        self.export_loudness.setToolTip(
+            "Integrated loudness of exported takes (EBU R128), under a -1 dBTP "
+            "true-peak ceiling; -20 suits speech"
+        )
         row = QWidget()
         layout = QHBoxLayout(row)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -69,8 +69,13 @@ def build_menus(window) -> None:
     window.settings_action.triggered.connect(window.open_settings)
     quit_action = QAction("&Quit", window, shortcut=QKeySequence.StandardKey.Quit)
     quit_action.triggered.connect(window.close)
-    for action in (window.import_action, window.export_action, window.open_script_action, window.settings_action,
-                   quit_action):  # fmt: skip
+    for action in (
+        window.import_action,
+        window.export_action,
+        window.open_script_action,
+        window.settings_action,
+        quit_action,
+    ):
         file_menu.addAction(action)
     engine_menu = window.menuBar().addMenu("&Engine")
     window.restart_action = QAction("&Restart engine", window, shortcut=QKeySequence("Ctrl+R"))

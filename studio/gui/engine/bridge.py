@@ -61,9 +61,14 @@ class EngineSignals(QObject):
 
     #: every signal above, for relaying worker -> bridge
     NAMES = (
-        "sig_hello", "sig_state_changed", "sig_chunk", "sig_take_finished", "sig_error", "sig_progress",
+        "sig_hello",
+        "sig_state_changed",
+        "sig_chunk",
+        "sig_take_finished",
+        "sig_error",
+        "sig_progress",
         "sig_transcript",
-    )  # fmt: skip
+    )
 
 
 class EngineWorker(EngineSignals):

@@ -41,8 +41,11 @@ def describe_state(state: State) -> str:
         return f"Warming up{load}…"
     if kind == EngineState.READY:
         parts = [f"Ready · {state.backend or 'engine'}"]
-        steps = [(name, value) for name, value in (("load", state.load_seconds), ("warm-up", state.warmup_seconds))
-                 if value is not None]  # fmt: skip
+        steps = [
+            (name, value)
+            for name, value in (("load", state.load_seconds), ("warm-up", state.warmup_seconds))
+            if value is not None
+        ]
         if steps:  # time to ready, as bench reports it
             total = sum(value for _, value in steps)
             parts.append(f"ready in {total:.1f} s (" + ", ".join(f"{n} {v:.1f} s" for n, v in steps) + ")")

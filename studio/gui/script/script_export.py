@@ -42,24 +42,47 @@ class ScriptExportBar(QWidget):
         self.export_button = QPushButton("Export…")
         row = FlowLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for widget in (QLabel("Export as"), self.format_combo, self.rate_combo, self.loudness_check, self.loudness,
-                       self.gap, self.subtitles, self.export_button):  # fmt: skip
+        for widget in (
+            QLabel("Export as"),
+            self.format_combo,
+            self.rate_combo,
+            self.loudness_check,
+            self.loudness,
+            self.gap,
+            self.subtitles,
+            self.export_button,
+        ):
             row.addWidget(widget)
-        for signal in (self.format_combo.currentIndexChanged, self.rate_combo.currentIndexChanged,
-                       self.loudness_check.toggled, self.loudness.valueChanged, self.gap.valueChanged,
-                       self.subtitles.toggled):  # fmt: skip
+        for signal in (
+            self.format_combo.currentIndexChanged,
+            self.rate_combo.currentIndexChanged,
+            self.loudness_check.toggled,
+            self.loudness.valueChanged,
+            self.gap.valueChanged,
+            self.subtitles.toggled,
+        ):
             signal.connect(lambda *_: self.sig_changed.emit())
 
     def render_settings(self) -> RenderSettings:
         gap = self.gap.value() / 1000
         loudness = self.loudness.value() if self.loudness_check.isChecked() else None
-        return RenderSettings(format=self.format_combo.currentData(), sample_rate=self.rate_combo.currentData(),
-                              gap_s=gap, paragraph_s=max(PARAGRAPH_S, 3 * gap), loudness_lufs=loudness)  # fmt: skip
+        return RenderSettings(
+            format=self.format_combo.currentData(),
+            sample_rate=self.rate_combo.currentData(),
+            gap_s=gap,
+            paragraph_s=max(PARAGRAPH_S, 3 * gap),
+            loudness_lufs=loudness,
+        )
 
     def options(self) -> dict[str, Any]:
-        return {"format": self.format_combo.currentData(), "rate": self.rate_combo.currentData(),
-                "loudness_on": self.loudness_check.isChecked(), "loudness": self.loudness.value(),
-                "gap_ms": self.gap.value(), "subtitles": self.subtitles.isChecked()}  # fmt: skip
+        return {
+            "format": self.format_combo.currentData(),
+            "rate": self.rate_combo.currentData(),
+            "loudness_on": self.loudness_check.isChecked(),
+            "loudness": self.loudness.value(),
+            "gap_ms": self.gap.value(),
+            "subtitles": self.subtitles.isChecked(),
+        }
 
     def apply_options(self, options: dict[str, Any]) -> None:
         """Set what ``options`` names (as `options` gives them); unknown values are skipped."""

@@ -13,8 +13,15 @@ from studio.script.parse import ScriptError, ScriptLine
 NUMBER, VOICE, TEXT, INSTRUCTION, STATUS, LENGTH = range(6)
 HEADERS = ("#", "Voice", "Text", "Instruction", "Status", "Length")
 PARAGRAPH_ROLE = Qt.ItemDataRole.UserRole + 1
-STATUS_TEXT = {"pending": "—", "queued": "queued", "rendering": "rendering…", "rendered": "✓ rendered",
-               "reused": "✓ unchanged", "failed": "✗ failed", "changed": "edited"}  # fmt: skip
+STATUS_TEXT = {
+    "pending": "—",
+    "queued": "queued",
+    "rendering": "rendering…",
+    "rendered": "✓ rendered",
+    "reused": "✓ unchanged",
+    "failed": "✗ failed",
+    "changed": "edited",
+}
 
 
 class VoiceDelegate(QStyledItemDelegate):
@@ -49,8 +56,14 @@ class ScriptTable(QTableWidget):
         self.setWordWrap(True)
         self.verticalHeader().setVisible(False)
         header = self.horizontalHeader()
-        for column, mode in ((NUMBER, "fit"), (VOICE, "fit"), (TEXT, "stretch"), (INSTRUCTION, "fit"),
-                             (STATUS, "fit"), (LENGTH, "fit")):  # fmt: skip
+        for column, mode in (
+            (NUMBER, "fit"),
+            (VOICE, "fit"),
+            (TEXT, "stretch"),
+            (INSTRUCTION, "fit"),
+            (STATUS, "fit"),
+            (LENGTH, "fit"),
+        ):
             header.setSectionResizeMode(
                 column,
                 QHeaderView.ResizeMode.Stretch
@@ -113,8 +126,12 @@ class ScriptTable(QTableWidget):
 
     def row_values(self, row: int) -> tuple[str, str, str, bool]:
         """(voice, text, instruction, paragraph) of a row as it is, empty cells included."""
-        return (self.item(row, VOICE).text(), self.item(row, TEXT).text(), self.item(row, INSTRUCTION).text(),
-                bool(self.item(row, NUMBER).data(PARAGRAPH_ROLE)))  # fmt: skip
+        return (
+            self.item(row, VOICE).text(),
+            self.item(row, TEXT).text(),
+            self.item(row, INSTRUCTION).text(),
+            bool(self.item(row, NUMBER).data(PARAGRAPH_ROLE)),
+        )
 
     def insert_values(self, row: int, values: tuple[str, str, str, bool]) -> None:
         self._filling = True
@@ -166,8 +183,11 @@ class ScriptTable(QTableWidget):
             if not voice:
                 raise ScriptError("the line has no voice", row + 1)
             paragraph = bool(self.item(row, NUMBER).data(PARAGRAPH_ROLE)) and row > 0
-            lines.append(ScriptLine(row + 1, row + 1, voice, text, self.item(row, INSTRUCTION).text().strip(),
-                                    paragraph))  # fmt: skip
+            lines.append(
+                ScriptLine(
+                    row + 1, row + 1, voice, text, self.item(row, INSTRUCTION).text().strip(), paragraph
+                )
+            )
         return lines
 
     # -- status ------------------------------------------------------------------------------------

@@ -91,15 +91,28 @@ class ScriptView(QWidget):
         self.retake_button = _button("⟳ Retake", "Render the selected line again with a new seed")
         self.stop_playing_button, self.play_position = self.playback.stop_button, self.playback.position
         tools = FlowLayout()
-        for widget in (self.add_button, self.remove_button, self.undo_button, self.up_button, self.down_button,
-                       self.voice_combo, self.set_voice_button, self.play_button, self.play_from_button,
-                       self.stop_playing_button, self.retake_button, self.play_position):  # fmt: skip
+        for widget in (
+            self.add_button,
+            self.remove_button,
+            self.undo_button,
+            self.up_button,
+            self.down_button,
+            self.voice_combo,
+            self.set_voice_button,
+            self.play_button,
+            self.play_from_button,
+            self.stop_playing_button,
+            self.retake_button,
+            self.play_position,
+        ):
             tools.addWidget(widget)
         self.render_button = _button("Render all", "Render every line not rendered yet (changed lines again)")
         self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
         self.at_once = QSpinBox(minimum=1, maximum=32, value=4, suffix=" at once")
-        self.at_once.setToolTip("Lines the engine makes at the same time (a GPU batches them: more is faster "
-                                "until its memory budget is reached; further lines wait)")  # fmt: skip
+        self.at_once.setToolTip(
+            "Lines the engine makes at the same time (a GPU batches them: more is faster "
+            "until its memory budget is reached; further lines wait)"
+        )
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m lines")
         self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -335,8 +348,16 @@ class ScriptView(QWidget):
             QAbstractItemView.EditTrigger.NoEditTriggers if busy else self._edit_triggers
         )
         record = self._record(rows[0]) if len(rows) == 1 else None
-        for widget in (self.add_button, self.remove_button, self.undo_button, self.up_button, self.down_button,
-                       self.new_button, self.open_button, self.set_voice_button):  # fmt: skip
+        for widget in (
+            self.add_button,
+            self.remove_button,
+            self.undo_button,
+            self.up_button,
+            self.down_button,
+            self.new_button,
+            self.open_button,
+            self.set_voice_button,
+        ):
             widget.setEnabled(not busy)
         self.set_voice_button.setEnabled(not busy and bool(rows) and self.voice_combo.count() > 0)
         self.render_button.setEnabled(not busy and self.engine_ready and self.table.rowCount() > 0)
@@ -347,8 +368,11 @@ class ScriptView(QWidget):
         self.play_from_button.setEnabled(record is not None and record.done)
         missing = sum(not r.done for r in self.controller.records)
         self.export_button.setEnabled(not busy and bool(self.controller.records) and not missing)
-        self.export_button.setToolTip(f"Render all first: {missing} line(s) have no take yet" if missing else
-                                      "The lines, the joined track and subtitles, into a folder")  # fmt: skip
+        self.export_button.setToolTip(
+            f"Render all first: {missing} line(s) have no take yet"
+            if missing
+            else "The lines, the joined track and subtitles, into a folder"
+        )
 
     def _record(self, row: int):
         """The rendered record of ``row`` when it still says what the row says, else None."""
@@ -400,8 +424,15 @@ class ScriptView(QWidget):
         self._update_buttons()
         self.status.setText(f"Exporting to {target}…")
         subtitles = self.export_bar.subtitles.isChecked()
-        self.jobs.submit(export_render, self.controller.render, records, target, settings, subtitles,
-                         callback=self._on_exported)  # fmt: skip
+        self.jobs.submit(
+            export_render,
+            self.controller.render,
+            records,
+            target,
+            settings,
+            subtitles,
+            callback=self._on_exported,
+        )
 
     def _on_exported(self, result=None, error=None) -> None:
         self.exporting = False

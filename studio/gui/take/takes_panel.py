@@ -38,8 +38,14 @@ from studio.gui.widgets.desktop import reveal
 from studio.gui.widgets.elided_label import ElidedLabel
 from studio.takes import Take, TakeError, TakeStore
 
-EXPORT_FORMATS = (("wav16", "WAV 16-bit"), ("wav32f", "WAV 32-bit float"), ("flac", "FLAC"), ("mp3", "MP3"),
-                  ("ogg", "Ogg Vorbis"), ("opus", "Opus"))  # fmt: skip
+EXPORT_FORMATS = (
+    ("wav16", "WAV 16-bit"),
+    ("wav32f", "WAV 32-bit float"),
+    ("flac", "FLAC"),
+    ("mp3", "MP3"),
+    ("ogg", "Ogg Vorbis"),
+    ("opus", "Opus"),
+)
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
 
@@ -99,10 +105,18 @@ class TakesPanel(QWidget):
         self.search.textChanged.connect(lambda _text: self.refresh())
         self.details = TakeDetails()
         self.details.sig_show_file.connect(lambda take: reveal(self.store.wav_path(take.id), self))
-        QShortcut(QKeySequence.StandardKey.Delete, self.tree, self.delete_selected,
-                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
-        QShortcut(QKeySequence.StandardKey.Undo, self, self.undo_delete,
-                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)  # fmt: skip
+        QShortcut(
+            QKeySequence.StandardKey.Delete,
+            self.tree,
+            self.delete_selected,
+            context=Qt.ShortcutContext.WidgetShortcut,
+        )
+        QShortcut(
+            QKeySequence.StandardKey.Undo,
+            self,
+            self.undo_delete,
+            context=Qt.ShortcutContext.WidgetWithChildrenShortcut,
+        )
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
