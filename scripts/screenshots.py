@@ -120,7 +120,7 @@ def main() -> int:
     shot("08-paused-mid-take")
     transport.stop()
 
-    from studio.gui.settings_dialog import SettingsDialog
+    from studio.gui.settings import SettingsDialog
 
     dialog = SettingsDialog(window.settings, window)
     dialog.show()

@@ -25,7 +25,7 @@ from studio.gui.playback.playback import Playback
 from studio.gui.playback.preview import PreviewPanel
 from studio.gui.script.script_view import ScriptView
 from studio.gui.session import SessionKeeper, take_state
-from studio.gui.settings_dialog import SettingsDialog, engine_changed
+from studio.gui.settings import SettingsDialog, engine_changed
 from studio.gui.take.export_folder import ExportFolder
 from studio.gui.take.take_controller import TakeController
 from studio.gui.take.takes_panel import TakesPanel

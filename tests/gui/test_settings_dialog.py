@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio.gui.settings_dialog import SettingsDialog, engine_changed
+from studio.gui.settings import SettingsDialog, engine_changed
 from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import Settings, load_settings
 
