@@ -84,8 +84,13 @@ class TakesPanel(QWidget):
         self._exported_file: Path | None = None  # the last export, for "Show in folder"
         self.export_folder = ExportFolder(parent=self)  # the window shares its own (kept in the settings)
 
-        title = QLabel("Takes")
-        title.setObjectName("PanelTitle")
+        self._build_list()
+        self._build_buttons()
+        self._lay_out()
+        self.refresh()
+
+    def _build_list(self) -> None:
+        """The takes list (Delete deletes, Ctrl+Z undoes), its search box and the selected take's details."""
         self.folder_label = ElidedLabel()  # a long path never widens the panel
         self.folder_label.setObjectName("Hint")
         self.tree = QTreeWidget()
@@ -124,6 +129,8 @@ class TakesPanel(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
             header.resizeSection(column, width)
 
+    def _build_buttons(self) -> None:
+        """Play, Rename, Delete, Undo delete; the export format and Export…."""
         self.play_button = QPushButton("Play")
         self.play_button.clicked.connect(self.play_selected)
         self.rename_button = QPushButton("Rename")
@@ -141,6 +148,10 @@ class TakesPanel(QWidget):
         self.export_button = QPushButton("Export…")
         self.export_button.clicked.connect(lambda: self.export_selected())
 
+    def _lay_out(self) -> None:
+        """Title and search; the list over the details; the buttons; the folder line or the export notice."""
+        title = QLabel("Takes")
+        title.setObjectName("PanelTitle")
         row1 = QHBoxLayout()
         for button in (self.play_button, self.rename_button, self.delete_button, self.undo_button):
             row1.addWidget(button)
@@ -168,7 +179,6 @@ class TakesPanel(QWidget):
         layout.addLayout(row1)
         layout.addLayout(row2)
         layout.addWidget(self.folder_or_notice)
-        self.refresh()
 
     def _build_export_bar(self) -> QFrame:
         self.export_bar = QFrame()

@@ -80,11 +80,38 @@ class TextPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("TextPanel")
+        self._build_editor()
+        self.tags = TagBar()
+        self.tags.sig_insert.connect(self.insert_tag)
+        self.tags.sig_wrap.connect(self.wrap_selection)
+        options, instruct_row = self._build_options()
+        actions = self._build_actions()
+
+        title = QLabel("Text")
+        title.setObjectName("PanelTitle")
+        layout = QVBoxLayout(self)
+        layout.addWidget(title)
+        layout.addWidget(self.editor, 1)
+        layout.addWidget(self.length)
+        layout.addWidget(self.tags)
+        layout.addLayout(options)
+        layout.addLayout(instruct_row)
+        layout.addLayout(actions)
+        self._set_tab_order()
+        self._add_shortcuts()
+
+        self._engine_ready = False
+        self._busy = False
+        self._has_voice = True  # the window says otherwise until a voice exists
+        self._update_mode()
+        self._update_buttons()
+
+    def _build_editor(self) -> None:
+        """The text box and the length estimate under it."""
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("TextEditor")
-        self.editor.setTabChangesFocus(
-            True
-        )  # Tab moves on (tags are buttons; a tab character is never wanted)
+        # Tab moves on (tags are buttons; a tab character is never wanted)
+        self.editor.setTabChangesFocus(True)
         self.editor.setPlaceholderText(
             "Type what the voice should say. Tags like [laughter] or <strong>word</strong> shape the delivery."
         )
@@ -95,10 +122,8 @@ class TextPanel(QWidget):
             lambda: self.length.setText(describe_length(self.editor.toPlainText()))
         )
 
-        self.tags = TagBar()
-        self.tags.sig_insert.connect(self.insert_tag)
-        self.tags.sig_wrap.connect(self.wrap_selection)
-
+    def _build_options(self) -> tuple[QGridLayout, QHBoxLayout]:
+        """Mode, speed and seed in a grid; the instruction in a row of its own."""
         self.mode = QComboBox()
         for mode in Mode:
             self.mode.addItem(mode.label, mode.value)
@@ -119,8 +144,6 @@ class TextPanel(QWidget):
         self.seed.setRange(0, MAX_SEED)
         self.seed.setEnabled(False)
         self.random_seed.toggled.connect(lambda on: self.seed.setEnabled(not on))
-        self.stream = QCheckBox("Stream (hear it while it is made)")
-        self.stream.setChecked(True)
 
         options = QGridLayout()
         options.addWidget(QLabel("Mode"), 0, 0)
@@ -137,7 +160,12 @@ class TextPanel(QWidget):
         instruct_row = QHBoxLayout()  # its own row: showing it never widens the columns above
         instruct_row.addWidget(self.instruct_label)
         instruct_row.addWidget(self.instruct, 1)
+        return options, instruct_row
 
+    def _build_actions(self) -> QHBoxLayout:
+        """Stream, Stop and Generate."""
+        self.stream = QCheckBox("Stream (hear it while it is made)")
+        self.stream.setChecked(True)
         self.generate_button = QPushButton("Generate")
         self.generate_button.setObjectName("PrimaryButton")
         self.generate_button.setToolTip("Generate a take (Ctrl+Enter)")
@@ -151,35 +179,22 @@ class TextPanel(QWidget):
         actions.addStretch(1)
         actions.addWidget(self.stop_button)
         actions.addWidget(self.generate_button)
+        return actions
 
-        title = QLabel("Text")
-        title.setObjectName("PanelTitle")
-        layout = QVBoxLayout(self)
-        layout.addWidget(title)
-        layout.addWidget(self.editor, 1)
-        layout.addWidget(self.length)
-        layout.addWidget(self.tags)
-        layout.addLayout(options)
-        layout.addLayout(instruct_row)
-        layout.addLayout(actions)
-
-        # Tab: the text, the options, Generate, then the tags (one stop; arrows move between them)
+    def _set_tab_order(self) -> None:
+        """Tab: the text, the options, Generate, then the tags (one stop; arrows move between them)."""
         chain = [self.editor, self.mode, self.speed, self.random_seed, self.seed, self.instruct, self.stream]
         chain += [self.stop_button, self.generate_button, self.tags.buttons[0]]
         for first, second in zip(chain, chain[1:], strict=False):
             QWidget.setTabOrder(first, second)
 
+    def _add_shortcuts(self) -> None:
+        """Ctrl+Enter generates, Esc stops (anywhere in the window)."""
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             shortcut = QShortcut(QKeySequence(keys), self, context=Qt.ShortcutContext.WindowShortcut)
             shortcut.activated.connect(self.request_generate)
         stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self, context=Qt.ShortcutContext.WindowShortcut)
         stop.activated.connect(self._on_escape)
-
-        self._engine_ready = False
-        self._busy = False
-        self._has_voice = True  # the window says otherwise until a voice exists
-        self._update_mode()
-        self._update_buttons()
 
     # -- editing -------------------------------------------------------------------------------------
     def insert_tag(self, tag: str) -> None:
