@@ -14,8 +14,8 @@ from studio.settings import data_dir
 #: what the keyboard does
 SHORTCUTS = (
     ("Ctrl+Enter", "generate a take"),
-    ("Space", "play or pause the preview (on a focused button: press it; in a text box: a space)"),
-    ("Esc", "stop the take, or stop playback"),
+    ("Space", "play or pause the preview, or the Script tab's line (a focused button: press it)"),
+    ("Esc", "stop the take, or stop playback (in the Script tab too)"),
     ("Ctrl+O", "import a voice recording"),
     ("Ctrl+E", "export the selected takes"),
     ("Ctrl+,", "settings"),
