@@ -34,7 +34,7 @@ class ScriptPlayback(QObject):
         super().__init__(parent)
         self.table = table
         self.transport: Transport | None = None
-        self.stop_button = QPushButton("■ Stop")
+        self.stop_button = QPushButton("■ Stop playing")
         self.stop_button.setToolTip("Stop playing (Esc)")
         self.stop_button.setEnabled(False)
         self.stop_button.clicked.connect(self.stop)

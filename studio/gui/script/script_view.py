@@ -107,7 +107,7 @@ class ScriptView(QWidget):
         ):
             tools.addWidget(widget)
         self.render_button = _button("Render all", "Render every line not rendered yet (changed lines again)")
-        self.stop_button = _button("Stop", "Stop the render; finished lines are kept")
+        self.stop_button = _button("Stop rendering", "Stop the render; finished lines are kept")
         self.at_once = QSpinBox(minimum=1, maximum=32, value=4, suffix=" at once")
         self.at_once.setToolTip(
             "Lines the engine makes at the same time (a GPU batches them: more is faster "
