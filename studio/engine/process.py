@@ -36,6 +36,7 @@ from studio.engine.protocol import (
     State,
     Synthesize,
     TakeFinished,
+    TakeQueued,
     Transcribe,
 )
 
@@ -176,6 +177,10 @@ class Engine:
             message = f"{audio_seconds:.1f} s of audio, {tokens} speech tokens"
             self.send(Progress(request.request_id, message, fraction))
 
+        def on_queued() -> None:
+            log.info("take %s waits for GPU memory", request.request_id)
+            self.send(TakeQueued(request.request_id))
+
         log.info("take %s: %d characters, mode %s", request.request_id, len(request.text), request.mode)
         outcome: Any = None
         try:
@@ -186,6 +191,7 @@ class Engine:
                 on_chunk=on_chunk,
                 on_progress=on_progress,
                 backend=loaded.backend,
+                on_queued=on_queued,
             )
             log.info("take %s done: %s", request.request_id, stats)
             outcome = TakeFinished(request.request_id, stats)

@@ -2,13 +2,14 @@
 
 Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``Transcribe``, ``Cancel``, ``Shutdown``.
 Events (engine -> studio): ``Hello`` (always first; carries ``PROTOCOL_VERSION``), ``State``,
-``Progress``, ``AudioChunk``, ``TakeFinished``, ``Transcript``, ``Error``.
+``Progress``, ``TakeQueued``, ``AudioChunk``, ``TakeFinished``, ``Transcript``, ``Error``.
 
 A session looks like::
 
     -> (process starts)           <- Hello(protocol_version, pid, ...)
     -> LoadModel(model_dir, ...)  <- State(LOADING) ... State(WARMING) ... State(READY, load_s, warmup_s)
-    -> Synthesize(request_id=..)  <- State(BUSY) AudioChunk* (Progress*) TakeFinished | Error   <- State(READY)
+    -> Synthesize(request_id=..)  <- State(BUSY) (TakeQueued) AudioChunk* (Progress*) TakeFinished | Error
+                                  <- State(READY)
     -> Cancel(request_id)         <- TakeFinished(stats.cancelled=True) for that request
     -> Transcribe(request_id=..)  <- Progress* (a first download) Transcript | Error   (no model needed)
     -> Shutdown()                 <- State(STOPPED), then the process exits
@@ -16,7 +17,8 @@ A session looks like::
 A load that fails answers ``Error(None, ...)`` and ``State(ERROR)`` (the process stays up); loading what is
 already loaded answers ``State(READY)`` at once. The backend actually used is in ``State.backend``, and
 ``State.backend_reason`` says why when vLLM was asked for but PyTorch runs.
-Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``.
+Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``. A take held back
+for GPU memory (the model's take gate) sends one ``TakeQueued`` before its first ``AudioChunk``.
 Audio is float32 mono; each ``AudioChunk`` carries its rate (``SAMPLE_RATE``, 24 kHz, for CosyVoice2). All numbers in seconds unless named otherwise.
 """
 
@@ -31,7 +33,7 @@ import numpy as np
 
 from studio.request import SAMPLE_RATE, Mode, RequestError, validate_take
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class EngineState(StrEnum):
@@ -186,6 +188,15 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class TakeQueued:
+    """A take waits for GPU memory that running takes hold; it starts by itself once they give it back.
+    Sent at most once per take, before its first ``AudioChunk``."""
+
+    request_id: str
+    reason: str = "other takes are using it"
+
+
+@dataclass(frozen=True)
 class AudioChunk:
     """A piece of a take: float32 mono samples at ``sample_rate``, in order (``index`` counts from 0)."""
 
@@ -244,4 +255,4 @@ class Error:
 
 
 Request = LoadModel | Synthesize | Transcribe | Cancel | Shutdown
-Event = Hello | State | Progress | AudioChunk | TakeFinished | Transcript | Error
+Event = Hello | State | Progress | TakeQueued | AudioChunk | TakeFinished | Transcript | Error

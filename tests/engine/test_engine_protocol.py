@@ -21,6 +21,7 @@ def _messages():
         p.Hello(p.PROTOCOL_VERSION, 1, "0.1", "3.11"),
         p.State(p.EngineState.READY, "ok", backend="pytorch", load_seconds=1.0, warmup_seconds=0.5),
         p.Progress("abc", "half", 0.5),
+        p.TakeQueued("abc", "other takes are using it"),
         p.AudioChunk("abc", 0, np.ones(10, dtype=np.float32)),
         p.TakeFinished("abc", stats),
         p.Error(None, "boom", "Traceback ..."),
