@@ -16,6 +16,7 @@ PARAGRAPH_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUS_TEXT = {
     "pending": "—",
     "queued": "queued",
+    "waiting": "waiting for GPU memory…",
     "rendering": "rendering…",
     "rendered": "✓ rendered",
     "reused": "✓ unchanged",
