@@ -161,6 +161,7 @@ class MainWindow(QMainWindow):
         self.text_panel.sig_escape.connect(self.playback.stop)
         self.playback.sig_message.connect(self.show_message)
         self.takes.sig_started.connect(self.on_take_started)
+        self.takes.sig_queued.connect(self.preview.wait_for_memory)
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
         self.takes.sig_failed.connect(self.on_take_failed)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import queue
+
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from studio.engine.protocol import EngineState, LoadModel, Synthesize  # noqa: E402
+from studio.engine.protocol import (  # noqa: E402
+    PROTOCOL_VERSION,
+    EngineState,
+    Hello,
+    LoadModel,
+    Synthesize,
+    TakeQueued,
+)
 from studio.gui.engine.bridge import EngineBridge  # noqa: E402
 from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice  # noqa: E402
 
@@ -55,3 +64,36 @@ def test_bridge_streams_a_take_from_the_real_engine(qtbot, tmp_path, tiny_model_
     assert not bridge.running
     qtbot.waitUntil(lambda: states[-1].state is EngineState.STOPPED, timeout=5000)  # queued signals arrive
     assert not bridge.client.is_alive()
+
+
+class QueueClient:
+    """An engine client whose events are whatever the test puts in ``events``."""
+
+    last_state = None
+
+    def __init__(self):
+        self.events = queue.Queue()
+
+    def start(self):
+        return Hello(PROTOCOL_VERSION, 0, "test", "3")
+
+    def get_event(self, timeout=None):
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def shutdown(self, timeout=30.0):
+        pass
+
+
+def test_a_take_queued_for_memory_reaches_the_gui_thread_as_sig_take_queued(qtbot):
+    client = QueueClient()
+    bridge = EngineBridge(client=client)
+    bridge.start()
+    try:
+        with qtbot.waitSignal(bridge.sig_take_queued, timeout=5000) as queued:
+            client.events.put(TakeQueued("abc"))
+        assert queued.args[0] == TakeQueued("abc", "other takes are using it")
+    finally:
+        assert bridge.shutdown(wait_ms=5000)

@@ -4,6 +4,7 @@ Usage (GUI thread)::
 
     bridge = EngineBridge(parent=window)          # optional log_path=...
     bridge.sig_state_changed.connect(on_state)    # State (also CRASHED with a restart hint)
+    bridge.sig_take_queued.connect(on_queued)     # TakeQueued: the take waits for GPU memory
     bridge.sig_chunk.connect(on_chunk)            # AudioChunk (float32, its own sample_rate)
     bridge.sig_take_finished.connect(on_done)     # TakeFinished (stats)
     bridge.sig_error.connect(on_error)            # Error (request_id None: the engine itself)
@@ -34,6 +35,7 @@ from studio.engine.protocol import (
     State,
     Synthesize,
     TakeFinished,
+    TakeQueued,
     Transcribe,
     Transcript,
 )
@@ -48,6 +50,8 @@ class EngineSignals(QObject):
     """The engine's handshake (Hello) after each (re)start."""
     sig_state_changed = Signal(object)
     """An engine State (starting, ..., ready, busy, error, stopped); CRASHED when the process died."""
+    sig_take_queued = Signal(object)
+    """A TakeQueued: the take waits for GPU memory that other takes hold (before its first chunk)."""
     sig_chunk = Signal(object)
     """An AudioChunk of a take (float32 mono at the chunk's own ``sample_rate``)."""
     sig_take_finished = Signal(object)
@@ -63,6 +67,7 @@ class EngineSignals(QObject):
     NAMES = (
         "sig_hello",
         "sig_state_changed",
+        "sig_take_queued",
         "sig_chunk",
         "sig_take_finished",
         "sig_error",
@@ -137,6 +142,8 @@ class EngineWorker(EngineSignals):
             self.sig_error.emit(event)
         elif isinstance(event, Progress):
             self.sig_progress.emit(event)
+        elif isinstance(event, TakeQueued):
+            self.sig_take_queued.emit(event)
         elif isinstance(event, Hello):
             self.sig_hello.emit(event)
         elif isinstance(event, Transcript):

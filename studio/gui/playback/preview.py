@@ -73,6 +73,12 @@ class PreviewPanel(QWidget):
         self.time_label.setText("")
         self.stats.setText("Waiting for the first chunk…" if streaming else "Generating (not streaming)…")
 
+    def wait_for_memory(self, reason: str) -> None:
+        """The take is held back until GPU memory frees up; the first chunk replaces this with its stats."""
+        text = f"Waiting for GPU memory… ({reason})" if reason else "Waiting for GPU memory…"
+        self.waveform.set_placeholder(text)
+        self.stats.setText(text)
+
     def add_chunk(self, samples: np.ndarray, sample_rate: int, latency_s: float) -> None:
         self.waveform.append(samples, sample_rate)
         self.stats.setText(

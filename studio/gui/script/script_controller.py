@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from studio.engine.protocol import AudioChunk, EngineState, Error, State, TakeFinished
+from studio.engine.protocol import AudioChunk, EngineState, Error, State, TakeFinished, TakeQueued
 from studio.script.manifest import LineRecord, RenderSettings
 from studio.script.parse import ScriptLine
 from studio.script.project import voices_for
@@ -50,6 +50,7 @@ class ScriptController(QObject):
         self.started_at = 0.0
         self.run_lines: set[int] = set()  # the lines the last run sent to the engine
         self.engine_down = False  # crashed or stopped: nothing is sent until it is ready again
+        bridge.sig_take_queued.connect(self._on_queued)
         bridge.sig_chunk.connect(self._on_chunk)
         bridge.sig_take_finished.connect(self._on_finished)
         bridge.sig_error.connect(self._on_error)
@@ -82,7 +83,7 @@ class ScriptController(QObject):
     def retake(self, number: int) -> None:
         """A new seed for line ``number``; only it renders again (the others keep their files)."""
         record = next((r for r in self.records if r.number == number), None)
-        if record is None or record.status in ("queued", "rendering"):
+        if record is None or record.status in ("queued", "waiting", "rendering"):
             return
         record.seed, record.status, record.error = random.randrange(2**31), "queued", ""
         if not self.busy:
@@ -118,11 +119,21 @@ class ScriptController(QObject):
             self.sig_line.emit(record)
             self.bridge.synthesize(request)
 
+    def _on_queued(self, queued: TakeQueued) -> None:
+        """The line's take waits for GPU memory other takes hold: its status says so until audio comes."""
+        take = self.inflight.get(queued.request_id)
+        if take is not None and not take.chunks:
+            take.record.status = "waiting"
+            self.sig_line.emit(take.record)
+
     def _on_chunk(self, chunk: AudioChunk) -> None:
         take = self.inflight.get(chunk.request_id)
         if take is not None:
             take.chunks.append(np.asarray(chunk.samples, dtype=np.float32))
             take.rate = int(chunk.sample_rate)
+            if take.record.status == "waiting":
+                take.record.status = "rendering"
+                self.sig_line.emit(take.record)
 
     def _on_finished(self, finished: TakeFinished) -> None:
         take = self.inflight.pop(finished.request_id, None)

@@ -12,7 +12,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from studio.engine.protocol import AudioChunk, EngineState, Error, State, Synthesize, TakeFinished
+from studio.engine.protocol import (
+    AudioChunk,
+    EngineState,
+    Error,
+    State,
+    Synthesize,
+    TakeFinished,
+    TakeQueued,
+)
 from studio.gui.take.text_panel import TextRequest
 from studio.gui.voice.voice_panel import Prompt
 from studio.recovery import KeptTake, store_or_keep
@@ -66,6 +74,8 @@ class TakeController(QObject):
 
     sig_started = Signal(object)
     """A take was sent (its Synthesize request)."""
+    sig_queued = Signal(str)
+    """The take waits for GPU memory that other takes hold (why, in words); its first chunk ends the wait."""
     sig_chunk = Signal(object, int, float)
     """(float32 samples of a new chunk, their sample rate in Hz, first-chunk latency in seconds)."""
     sig_finished = Signal(object, object)
@@ -86,6 +96,7 @@ class TakeController(QObject):
         self.kept: list[KeptTake] = []  # refused takes not yet saved elsewhere
         # tokens before the first streamed chunk (0: upstream's); the window sets it from the settings
         self.first_hop = lambda: 0
+        bridge.sig_take_queued.connect(self.on_take_queued)
         bridge.sig_chunk.connect(self.on_chunk)
         bridge.sig_take_finished.connect(self.on_take_finished)
         bridge.sig_error.connect(self.on_error)
@@ -123,6 +134,16 @@ class TakeController(QObject):
         """End the running take because the engine goes away under it; what arrived is kept as partial."""
         if self.active is not None:
             self.on_error(Error(None, reason))
+
+    def on_take_queued(self, event: TakeQueued) -> None:
+        active = self.active
+        if (
+            active is None
+            or event.request_id != active.request.request_id
+            or active.first_chunk_at is not None
+        ):
+            return  # not ours, or its audio already streams
+        self.sig_queued.emit(event.reason)
 
     def on_chunk(self, chunk: AudioChunk) -> None:
         active = self.active
