@@ -6,7 +6,7 @@ Usage::
     hello = client.start()                      # spawns the process, checks the protocol version
     client.load_model(LoadModel(model_dir, backend="vllm"))
     rid = client.synthesize(Synthesize(text, prompt_wav=wav, prompt_sr=16000, prompt_text=t))
-    for event in client.events(timeout=60):      # AudioChunk ..., TakeFinished or Error for rid
+    for event in client.events(timeout=60):      # (TakeQueued) AudioChunk ..., TakeFinished or Error for rid
         ...
     client.cancel(rid); client.restart(); client.shutdown()
 
