@@ -71,6 +71,7 @@ def token_stamps(owner) -> None:
 
 def instrument(backend: str) -> None:
     from studio.tts import cosyvoice2, pipeline, token2wav
+    from studio.tts.device import cuda_graphs
     from studio.tts.flow.streaming import batched_encode, batched_solve, incremental, prompt_cache, solver
     from studio.tts.llm import model as lm_model
     from studio.tts.scheduler import chunk_scheduler, gpu_work
@@ -104,7 +105,7 @@ def instrument(backend: str) -> None:
     span(solver.EstimatorSolver, "_replay", "flow.solve.replay")
     span(solver.EstimatorSolver, "_plan", "flow.solve.plan")
     span(solver.EstimatorSolver, "_arena_for", "flow.solve.arena")
-    span(solver.EstimatorSolver, "_capture", "flow.solve.capture")
+    span(cuda_graphs.ShapeGraphs, "_new_graph", "graphs.capture")  # any shape-keyed graph: the solve's too
     span(pipeline.SpeechTokenProducer, "wait_for", "wait.tokens")
     if backend == "vllm":
         from studio.tts.llm.vllm.backend import VllmTokenBackend
