@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from studio.model_layout import REQUIRED_FILES, YAML_FILE, missing_files
+from studio.model_layout import REQUIRED_FILES, RUNS, YAML_FILE, foreign_family_problem, missing_files
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: (compute capability major, minor) -> (minimum torch, minimum CUDA) for that architecture.
@@ -238,6 +238,14 @@ def check_model(folder: str | None) -> Check:
     path = Path(folder).expanduser()
     if not path.is_dir():
         return Check("model", FAIL, f"{path} is not a folder", "cosyvoice-studio download --to DIR")
+    foreign = foreign_family_problem(path)
+    if foreign:
+        return Check(
+            "model",
+            FAIL,
+            f"{path}: {foreign}",
+            f"cosyvoice-studio download --to DIR fetches {RUNS.model}; then doctor --model DIR",
+        )
     missing = missing_files(path)
     if missing:
         return Check(

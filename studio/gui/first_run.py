@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.launch import studio_command
-from studio.model_layout import missing_files
+from studio.model_layout import foreign_family_problem, missing_files
 
 
 def missing_model_files(folder: str | Path) -> list[str]:
@@ -107,6 +107,10 @@ class FirstRunPanel(QWidget):
             self.use_folder(folder)
 
     def use_folder(self, folder: str) -> bool:
+        foreign = foreign_family_problem(folder)
+        if foreign:
+            self.message.setText(f"<b>{folder}</b>: {foreign}")
+            return False
         missing = missing_model_files(folder)
         if missing:
             self.message.setText(

@@ -1,4 +1,5 @@
-"""The first-run screen, `doctor` and the loader agree on what a complete model folder is."""
+"""The first-run screen, `doctor` and the loader agree on what a complete model folder is, and on what they say
+of a folder of the other model family (CosyVoice3)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 
 from studio.commands.doctor import check_model
 from studio.gui.first_run import missing_model_files
-from studio.model_layout import REQUIRED_FILES
-from studio.tts.errors import MissingModelFileError
+from studio.model_layout import COSYVOICE3, REQUIRED_FILES, foreign_family_problem
+from studio.tts.errors import MissingModelFileError, ModelFolderError
 from studio.tts.loader import check_folder
 
 pytestmark = pytest.mark.gui
@@ -41,3 +42,44 @@ def test_a_folder_the_first_run_screen_accepts_loads(tiny_model_dir, tmp_path):
     assert check_model(str(folder)).status == "pass"
     parts = load_model_folder(folder, device="cpu")
     assert parts.model_dir == folder and parts.frontend is not None
+
+
+def _cosyvoice3_folder(folder):
+    """A folder in the Fun-CosyVoice3-0.5B layout: cosyvoice3.yaml, the v3 speech tokenizer, the rest by name."""
+    for name in (*COSYVOICE3.required_files, "config.json"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"{}" if name.endswith(".json") else b"")
+    return folder
+
+
+def test_a_cosyvoice3_folder_is_named_as_such_by_all_three(qtbot, tmp_path):
+    from studio.gui.first_run import FirstRunPanel
+
+    folder = _cosyvoice3_folder(tmp_path / "Fun-CosyVoice3-0.5B-2512")
+    problem = foreign_family_problem(folder)
+    assert problem is not None and "CosyVoice3" in problem and "CosyVoice2-0.5B" in problem
+
+    check = check_model(str(folder))
+    assert check.status == "fail" and problem in check.detail and "missing" not in check.detail and check.hint
+    with pytest.raises(ModelFolderError) as caught:
+        check_folder(folder)
+    assert not isinstance(caught.value, MissingModelFileError)
+    assert caught.value.path == folder / "cosyvoice3.yaml" and caught.value.problem == problem
+
+    panel = FirstRunPanel(tmp_path / "models")
+    qtbot.addWidget(panel)
+    with qtbot.assertNotEmitted(panel.sig_model_ready):
+        assert not panel.use_folder(str(folder))
+    assert problem in panel.message.text() and "missing" not in panel.message.text()
+
+
+def test_a_cosyvoice2_folder_that_also_holds_a_cosyvoice3_yaml_stays_a_cosyvoice2_folder(
+    tiny_model_dir, tmp_path
+):
+    folder = _linked_copy(tiny_model_dir, tmp_path / "model", leave_out="flow.pt")
+    (folder / "cosyvoice3.yaml").write_text("")
+    assert foreign_family_problem(folder) is None
+    assert missing_model_files(folder) == ["flow.pt"]
+    assert "flow.pt" in check_model(str(folder)).detail
+    with pytest.raises(MissingModelFileError):
+        check_folder(folder)

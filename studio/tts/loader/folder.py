@@ -20,6 +20,8 @@ from studio.model_layout import (
     SPEECH_TOKENIZER_FILE,
     SPK2INFO_FILE,
     YAML_FILE,
+    folder_family,
+    foreign_family_problem,
     missing_files,
 )
 from studio.tts.config import ModelConfig, read_config
@@ -30,7 +32,8 @@ _LISTED = 4  # how many keys an error message lists before "and N more"
 
 
 def check_folder(model_dir: str | Path) -> Path:
-    """Return the folder as a Path, or raise `ModelFolderError` listing every required file it lacks."""
+    """Return the folder as a Path, or raise `ModelFolderError` listing every required file it lacks
+    (or, for a folder of another model family, naming the family)."""
     model_dir = Path(model_dir).expanduser()
     if not model_dir.is_dir():
         raise MissingModelFileError(
@@ -38,6 +41,9 @@ def check_folder(model_dir: str | Path) -> Path:
             "model folder not found (expected a folder laid out like "
             "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)",
         )
+    foreign = foreign_family_problem(model_dir)
+    if foreign:
+        raise ModelFolderError(model_dir / folder_family(model_dir).yaml_file, foreign)
     missing = missing_files(model_dir)
     if missing:
         first = model_dir / missing[0]
