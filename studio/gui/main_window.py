@@ -122,6 +122,8 @@ class MainWindow(QMainWindow):
         else:
             self.resize(1360, 860)
         self.pages.setCurrentWidget(self.studio_page if self.has_model else self.first_run)
+        if not self.has_model:
+            self.first_run.explain(self.settings.model_dir)
         self._update_title()
         self.session = SessionKeeper(self)
         self.session.restore()
