@@ -27,6 +27,17 @@ def missing_model_files(folder: str | Path) -> list[str]:
     return missing_files(folder)
 
 
+def folder_problem(folder: str | Path) -> str:
+    """Why ``folder`` is not a model folder the studio runs, as the panel says it ("" when it is one)."""
+    foreign = foreign_family_problem(folder)
+    if foreign:
+        return f"<b>{folder}</b>: {foreign}"
+    missing = missing_model_files(folder)
+    if missing:
+        return f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}."
+    return ""
+
+
 class FirstRunPanel(QWidget):
     """Offers three ways to get a model folder; emits ``sig_model_ready`` with the folder when one works."""
 
@@ -107,18 +118,17 @@ class FirstRunPanel(QWidget):
             self.use_folder(folder)
 
     def use_folder(self, folder: str) -> bool:
-        foreign = foreign_family_problem(folder)
-        if foreign:
-            self.message.setText(f"<b>{folder}</b>: {foreign}")
-            return False
-        missing = missing_model_files(folder)
-        if missing:
-            self.message.setText(
-                f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}."
-            )
+        problem = folder_problem(folder)
+        if problem:
+            self.message.setText(problem)
             return False
         self.sig_model_ready.emit(str(folder))
         return True
+
+    def explain(self, folder: str) -> None:
+        """Say why ``folder`` (the one in the settings) cannot be used; nothing when none is set."""
+        if folder:
+            self.message.setText(folder_problem(folder))
 
     def download(self) -> None:
         target = self.models_dir / "CosyVoice2-0.5B"

@@ -83,3 +83,18 @@ def test_a_cosyvoice2_folder_that_also_holds_a_cosyvoice3_yaml_stays_a_cosyvoice
     assert "flow.pt" in check_model(str(folder)).detail
     with pytest.raises(MissingModelFileError):
         check_folder(folder)
+
+
+def test_a_studio_set_to_a_cosyvoice3_folder_opens_on_the_first_run_screen_saying_why(
+    qtbot, tmp_path, monkeypatch
+):
+    from studio.gui.app import create_window
+    from studio.settings import Settings
+
+    folder = _cosyvoice3_folder(tmp_path / "model")
+    window = create_window(Settings(model_dir=str(folder)))
+    qtbot.addWidget(window)
+    monkeypatch.setattr(window, "start_engine", lambda: None)  # no model to load: nothing to start
+    assert window.pages.currentWidget() is window.first_run
+    assert foreign_family_problem(folder) in window.first_run.message.text()
+    window.shutdown()
