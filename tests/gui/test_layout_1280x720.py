@@ -149,3 +149,26 @@ def test_the_details_of_a_take_are_read_without_scrolling(window, qtbot):
     _settle(qtbot, window)
     assert window.height() <= 720 and window.minimumSizeHint().height() <= 690  # its text scrolls instead
     assert tree.viewport().rect().contains(tree.visualItemRect(tree.topLevelItem(3)))
+
+
+def test_save_voice_is_in_view_after_an_import(window, qtbot, tmp_path):
+    """An imported reference, cleaned and graded: Save voice… is on screen without scrolling the voice panel."""
+    import soundfile as sf
+
+    from studio.runtime.warmup import synthetic_voice
+
+    _studio_at_1280x720(window, qtbot)
+    wav = tmp_path / "me.wav"
+    voice = 0.03 * synthetic_voice(24000, 7.0) + 0.002 * np.random.default_rng(0).standard_normal(7 * 24000)
+    sf.write(wav, voice.astype(np.float32), 24000)  # quiet and noisy: the check gives two advices
+    panel = window.voice_panel
+    panel.import_file(str(wav))
+    qtbot.waitUntil(lambda: panel.current_prompt() is not None and bool(panel.quality.text()), timeout=60_000)
+    panel.transcript_box.set_unavailable("The ASR model is not on this computer; type the transcript.")
+    _settle(qtbot, window)
+    scroll = panel.parentWidget().parentWidget()  # the voice panel's scroll area (its viewport, then it)
+    viewport = scroll.viewport()
+    assert viewport.rect().contains(_in(panel.save_button, viewport)), (
+        _in(panel.save_button, viewport),
+        viewport.rect(),
+    )

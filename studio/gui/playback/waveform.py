@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QSizePolicy
+from PySide6.QtWidgets import QLabel, QSizePolicy
 
 #: Envelope bins per second of a short take: fine enough to look like a waveform.
 BINS_PER_SECOND = 200
@@ -91,8 +91,20 @@ class WaveformView(pg.PlotWidget):
     sig_seek = Signal(float)
     """The user clicked at this many seconds into the audio shown."""
 
-    def __init__(self, parent=None, color: str = "#4fc3f7", height: int = 90, autoscale: bool = False):
+    def __init__(
+        self,
+        parent=None,
+        color: str = "#4fc3f7",
+        height: int = 90,
+        autoscale: bool = False,
+        caption: str = "",
+    ):
         super().__init__(parent, background=None)
+        if caption:  # named in its top-left corner, over the plot: no caption row above it
+            self.caption = QLabel(caption, self)
+            self.caption.setObjectName("Caption")
+            self.caption.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+            self.caption.move(4, 0)
         self._autoscale = autoscale  # zoom quiet audio to its peak instead of full scale
         self.setFixedHeight(height)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)

@@ -49,16 +49,18 @@ class TranscriptBox(QWidget):
         self.automatic = False
         self.language = ""  # the detected language code, once transcribed
         self._unavailable_note = ""  # why there is no automatic transcript, shown while the line is empty
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addStretch(1)
-        row.addWidget(self.cross_lingual_button)
-        row.addWidget(self.retranscribe_button)
+        # the title and the buttons share one row above the line: the voice panel fits 1280x720 unscrolled
+        header = QHBoxLayout()
+        header.setContentsMargins(0, 0, 0, 0)
+        header.addWidget(QLabel("Transcript"))
+        header.addStretch(1)
+        header.addWidget(self.cross_lingual_button)
+        header.addWidget(self.retranscribe_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(header)
         layout.addWidget(self.edit)
         layout.addWidget(self.status)
-        layout.addLayout(row)
 
     def new_recording(self, transcribing: bool) -> None:
         """A new reference arrived: its old transcript no longer applies."""
