@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from studio.gui.take.takes_panel import TakesPanel
+from studio.gui.take.takes_panel import TakesPanel, describe_stats
 from studio.takes import TakeStore
 
 pytestmark = pytest.mark.gui
@@ -41,3 +41,21 @@ def test_list_rename_delete_and_export_many(qtbot, tmp_path):
     panel.delete_selected(confirm=False)
     assert [t.id for t in store.list()] == [first.id]
     assert panel.tree.topLevelItemCount() == 1
+
+
+def test_a_latency_of_a_second_or_more_fits_its_column_in_seconds(qtbot, tmp_path):
+    store = TakeStore(tmp_path / "takes")
+    take = store.add(
+        np.zeros(2400, dtype=np.float32),
+        24000,
+        text="Slow first audio.",
+        stats={"first_chunk_latency": 1.209, "rtf": 0.2},
+    )
+    assert describe_stats(take)[0] == "1.2 s"
+    panel = TakesPanel(store)
+    qtbot.addWidget(panel)
+    panel.resize(420, 400)
+    panel.show()
+    item = panel.tree.topLevelItem(0)
+    shown = panel.tree.fontMetrics().horizontalAdvance(item.text(2))
+    assert shown <= panel.tree.header().sectionSize(2) - 8  # not elided ("1209…")

@@ -59,8 +59,12 @@ def describe_stats(take: Take) -> tuple[str, str]:
     """(first-audio latency, real-time factor) of a take as short texts: the latency the preview showed."""
     latency = first_audio_latency(take)
     rtf = take.stats.get("rtf")
+    if latency is None:
+        shown = "–"
+    else:  # the column is narrow: four characters and a unit at most
+        shown = f"{latency * 1000:.0f} ms" if latency < 1.0 else f"{latency:.1f} s"
     return (
-        f"{latency * 1000:.0f} ms" if latency is not None else "–",
+        shown,
         f"{rtf:.2f}" if isinstance(rtf, (int, float)) else "–",
     )
 
