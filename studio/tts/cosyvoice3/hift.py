@@ -1,0 +1,319 @@
+"""CosyVoice3's vocoder: the causal HiFT generator (upstream `CausalHiFTGenerator`), mel at 50 Hz -> 24 kHz.
+
+It is CosyVoice2's HiFT (`studio.tts.hift.model`) with causal convolutions: `conv_pre` looks
+`conv_pre_look_right` mel frames ahead, every other convolution looks only back, the F0 predictor's first
+convolution looks 3 frames ahead, and the sine source holds its randomness fixed per model (the initial
+harmonic phases and a table of additive noise indexed by sample position), so chunks of one take can later
+be vocoded on their own and join. Parameter names follow upstream's `hift.pt`; load it with
+`studio.tts.hift.model.load_hift_state_dict`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+from studio.tts.hift.model import ConvRNNF0Predictor, HiFTGenerator, ResBlock, Snake
+
+#: Upstream's fixed noise table covers 300 s of audio at 24 kHz.
+DEFAULT_NOISE_SECONDS = 300
+#: Seed of the generator that draws a model's fixed phases and noise table.
+DEFAULT_NOISE_SEED = 0
+
+
+class CausalConv1d(nn.Conv1d):
+    """Stride-1 convolution whose output at t sees inputs up to t (`left`) or from t onwards (`right`).
+
+    The zero padding of (kernel_size - 1) * dilation goes on one side, so the output keeps the input's length.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int = 1,
+        *,
+        causal_type: str = "left",
+    ):
+        if causal_type not in ("left", "right"):
+            raise ValueError(f"CausalConv1d: causal_type must be 'left' or 'right', not {causal_type!r}")
+        super().__init__(in_channels, out_channels, kernel_size, 1, padding=0, dilation=dilation)
+        self.causal_padding = (kernel_size - 1) * dilation
+        self.causal_type = causal_type
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = (self.causal_padding, 0) if self.causal_type == "left" else (0, self.causal_padding)
+        return super().forward(F.pad(x, pad))
+
+
+class CausalConv1dUpsample(nn.Conv1d):
+    """Nearest-neighbour upsampling by `stride`, then a left-causal convolution (replaces ConvTranspose1d)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__(in_channels, out_channels, kernel_size, 1, padding=0)
+        self.causal_padding = kernel_size - 1
+        self.stride_up = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.interpolate(x, scale_factor=float(self.stride_up), mode="nearest")
+        return super().forward(F.pad(x, (self.causal_padding, 0)))
+
+
+class CausalConv1dDownSample(nn.Conv1d):
+    """Strided convolution padded on the left by stride - 1, so each output sees only inputs up to its end."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        if stride < 2 or kernel_size % stride != 0:
+            raise ValueError(
+                f"CausalConv1dDownSample: stride {stride} must be >= 2 and divide kernel_size {kernel_size}"
+            )
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding=0)
+        self.causal_padding = stride - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, (self.causal_padding, 0)))
+
+
+class CausalResBlock(ResBlock):
+    """CosyVoice2's residual block (same keys, same forward) with left-causal dilated convolutions."""
+
+    def __init__(self, channels: int, kernel_size: int, dilations: Sequence[int]):
+        nn.Module.__init__(self)
+        self.convs1 = nn.ModuleList(
+            weight_norm(CausalConv1d(channels, channels, kernel_size, d)) for d in dilations
+        )
+        self.convs2 = nn.ModuleList(
+            weight_norm(CausalConv1d(channels, channels, kernel_size)) for _ in dilations
+        )
+        self.activations1 = nn.ModuleList(Snake(channels) for _ in dilations)
+        self.activations2 = nn.ModuleList(Snake(channels) for _ in dilations)
+
+
+class CausalConvRNNF0Predictor(ConvRNNF0Predictor):
+    """CosyVoice2's F0 predictor (same keys, same forward) with causal convolutions: the first looks 3 mel
+    frames ahead (kernel 4), the other four look 2 frames back (kernel 3)."""
+
+    def __init__(self, num_class: int = 1, in_channels: int = 80, cond_channels: int = 512):
+        nn.Module.__init__(self)
+        layers: list[nn.Module] = [
+            weight_norm(CausalConv1d(in_channels, cond_channels, 4, causal_type="right")),
+            nn.ELU(),
+        ]
+        for _ in range(4):
+            layers += [weight_norm(CausalConv1d(cond_channels, cond_channels, 3)), nn.ELU()]
+        self.condnet = nn.Sequential(*layers)
+        self.classifier = nn.Linear(cond_channels, num_class)
+
+
+class CausalSineSource(nn.Module):
+    """F0 -> one excitation signal (upstream's causal `SourceModuleHnNSF` with `SineGen2`; keys `l_linear`).
+
+    The phases integrate at mel-frame rate and are held per frame (nearest), not interpolated, so a sample
+    depends on no later frame. Randomness is fixed per model, as upstream: `initial_phase` [1, harmonics]
+    (zero for the fundamental) and `noise` [1, samples, harmonics] uniform in [0, 1), indexed by the sample's
+    position in the take. Both are buffers outside the state dict; `set_noise` replaces them.
+    """
+
+    def __init__(
+        self,
+        sampling_rate: int,
+        upsample_scale: int,
+        harmonic_num: int,
+        sine_amp: float,
+        noise_std: float,
+        voiced_threshold: float,
+        noise_samples: int,
+        noise_seed: int,
+    ):
+        super().__init__()
+        self.sampling_rate = sampling_rate
+        self.upsample_scale = upsample_scale
+        self.sine_amp = sine_amp
+        self.noise_std = noise_std
+        self.voiced_threshold = voiced_threshold
+        self.l_linear = nn.Linear(harmonic_num + 1, 1)
+        generator = torch.Generator().manual_seed(noise_seed)
+        initial_phase = torch.rand(1, harmonic_num + 1, generator=generator)
+        initial_phase[:, 0] = 0
+        noise = torch.rand(1, noise_samples, harmonic_num + 1, generator=generator)
+        self.register_buffer("initial_phase", initial_phase, persistent=False)
+        self.register_buffer("noise", noise, persistent=False)
+
+    def set_noise(self, initial_phase: torch.Tensor, noise: torch.Tensor) -> None:
+        """Use these fixed phases [1, harmonics] and noise table [1, samples, harmonics] from now on."""
+        harmonics = self.l_linear.in_features
+        if tuple(initial_phase.shape) != (1, harmonics):
+            raise ValueError(f"initial_phase must be [1, {harmonics}], not {list(initial_phase.shape)}")
+        if noise.dim() != 3 or noise.shape[0] != 1 or noise.shape[2] != harmonics:
+            raise ValueError(f"noise must be [1, samples, {harmonics}], not {list(noise.shape)}")
+        device = self.initial_phase.device
+        self.initial_phase = initial_phase.detach().to(device=device, dtype=torch.float32).clone()
+        self.noise = noise.detach().to(device=device, dtype=torch.float32).clone()
+
+    def forward(self, f0: torch.Tensor) -> torch.Tensor:
+        """f0 [B, N, 1] in Hz per sample -> excitation [B, N, 1] float32."""
+        samples = f0.shape[1]
+        if samples > self.noise.shape[1]:
+            seconds = self.noise.shape[1] / self.sampling_rate
+            raise ValueError(
+                f"CausalSineSource: {samples} samples exceed the fixed noise table's {self.noise.shape[1]} "
+                f"({seconds:.0f} s); vocode in chunks or build the model with more noise_seconds"
+            )
+        f0 = f0.float()
+        harmonics = torch.arange(1, self.l_linear.in_features + 1, device=f0.device, dtype=torch.float32)
+        rad_values = (f0 * harmonics / self.sampling_rate) % 1
+        rad_values[:, 0, :] = rad_values[:, 0, :] + self.initial_phase
+        rad_values = F.interpolate(
+            rad_values.transpose(1, 2), scale_factor=1 / self.upsample_scale, mode="linear"
+        ).transpose(1, 2)
+        phase = torch.cumsum(rad_values, dim=1) * 2 * math.pi
+        phase = F.interpolate(
+            phase.transpose(1, 2) * self.upsample_scale,
+            scale_factor=float(self.upsample_scale),
+            mode="nearest",
+        ).transpose(1, 2)
+        sine_waves = torch.sin(phase) * self.sine_amp
+        uv = (f0 > self.voiced_threshold).to(torch.float32)
+        noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
+        sine_waves = sine_waves * uv + noise_amp * self.noise[:, :samples]
+        return torch.tanh(self.l_linear(sine_waves))
+
+
+class CausalHiFTGenerator(HiFTGenerator):
+    """HiFTNet with causal convolutions (upstream `CausalHiFTGenerator`): mel [B, 80, T] -> waveform.
+
+    Shares CosyVoice2's `decode` (the causality lives in the layers), STFT, weight-norm fusion and loader;
+    `inference` is the offline (finalize) call over a whole mel.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 80,
+        base_channels: int = 512,
+        nb_harmonics: int = 8,
+        sampling_rate: int = 24000,
+        nsf_alpha: float = 0.1,
+        nsf_sigma: float = 0.003,
+        nsf_voiced_threshold: float = 10,
+        upsample_rates: Sequence[int] = (8, 5, 3),
+        upsample_kernel_sizes: Sequence[int] = (16, 11, 7),
+        istft_params: Mapping[str, int] | None = None,
+        resblock_kernel_sizes: Sequence[int] = (3, 7, 11),
+        resblock_dilation_sizes: Sequence[Sequence[int]] = ((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+        source_resblock_kernel_sizes: Sequence[int] = (7, 7, 11),
+        source_resblock_dilation_sizes: Sequence[Sequence[int]] = ((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+        lrelu_slope: float = 0.1,
+        audio_limit: float = 0.99,
+        conv_pre_look_right: int = 4,
+        f0_predictor: nn.Module | None = None,
+        noise_seconds: float = DEFAULT_NOISE_SECONDS,
+        noise_seed: int = DEFAULT_NOISE_SEED,
+    ):
+        nn.Module.__init__(self)
+        if f0_predictor is None:
+            raise ValueError("CausalHiFTGenerator needs an f0_predictor module")
+        if sampling_rate == 22050:
+            raise ValueError(
+                "CausalHiFTGenerator: the 22.05 kHz (CosyVoice 1) source module is not supported"
+            )
+        if conv_pre_look_right < 1:
+            raise ValueError(f"conv_pre_look_right must be >= 1, not {conv_pre_look_right}")
+        if len(upsample_rates) != len(upsample_kernel_sizes):
+            raise ValueError(
+                f"{len(upsample_rates)} upsample_rates but {len(upsample_kernel_sizes)} upsample_kernel_sizes"
+            )
+        istft_params = dict(istft_params or {"n_fft": 16, "hop_len": 4})
+        upsample_rates = [int(u) for u in upsample_rates]
+        self.graphs = None
+        self.sampling_rate = sampling_rate
+        self.n_fft = int(istft_params["n_fft"])
+        self.hop_len = int(istft_params["hop_len"])
+        self.lrelu_slope = lrelu_slope
+        self.audio_limit = audio_limit
+        self.conv_pre_look_right = conv_pre_look_right
+        self.num_kernels = len(resblock_kernel_sizes)
+        self.num_upsamples = len(upsample_rates)
+        self.upsample_scale = int(np.prod(upsample_rates)) * self.hop_len  # waveform samples per mel frame
+        self.m_source = CausalSineSource(
+            sampling_rate,
+            self.upsample_scale,
+            nb_harmonics,
+            nsf_alpha,
+            nsf_sigma,
+            nsf_voiced_threshold,
+            noise_samples=int(noise_seconds * sampling_rate),
+            noise_seed=noise_seed,
+        )
+        self.conv_pre = weight_norm(
+            CausalConv1d(in_channels, base_channels, conv_pre_look_right + 1, causal_type="right")
+        )
+        self.ups = nn.ModuleList(
+            weight_norm(CausalConv1dUpsample(base_channels // 2**i, base_channels // 2 ** (i + 1), k, u))
+            for i, (u, k) in enumerate(zip(upsample_rates, upsample_kernel_sizes, strict=True))
+        )
+        self.source_downs = nn.ModuleList()
+        self.source_resblocks = nn.ModuleList()
+        cum_rates = np.cumprod([1] + upsample_rates[::-1][:-1])[::-1]
+        for i, (u, k, d) in enumerate(
+            zip(cum_rates, source_resblock_kernel_sizes, source_resblock_dilation_sizes, strict=False)
+        ):
+            channels = base_channels // 2 ** (i + 1)
+            u = int(u)
+            self.source_downs.append(
+                CausalConv1d(self.n_fft + 2, channels, 1)
+                if u == 1
+                else CausalConv1dDownSample(self.n_fft + 2, channels, u * 2, u)
+            )
+            self.source_resblocks.append(CausalResBlock(channels, k, d))
+        self.resblocks = nn.ModuleList(
+            CausalResBlock(base_channels // 2 ** (i + 1), k, d)
+            for i in range(self.num_upsamples)
+            for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes, strict=True)
+        )
+        self.conv_post = weight_norm(CausalConv1d(base_channels // 2**self.num_upsamples, self.n_fft + 2, 7))
+        self.reflection_pad = nn.ReflectionPad1d((1, 0))
+        self.f0_predictor = f0_predictor
+        self._windows: dict[torch.device, torch.Tensor] = {}
+
+    @torch.inference_mode()
+    def inference(self, speech_feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """mel [B, 80, T] -> (speech [B, 480*T] float32, source [B, 1, 480*T]), the whole take at once."""
+        mel_bins = self.f0_predictor.condnet[0].in_channels
+        if speech_feat.dim() != 3 or speech_feat.shape[1] != mel_bins:
+            raise ValueError(
+                f"CausalHiFTGenerator.inference: mel must be [batch, {mel_bins}, frames], "
+                f"not {list(speech_feat.shape)}"
+            )
+        if speech_feat.shape[2] == 0:
+            raise ValueError("CausalHiFTGenerator.inference: the mel has no frames")
+        return self.vocode_eager(speech_feat)
+
+    def vocode_eager(
+        self,
+        speech_feat: torch.Tensor,
+        cache_source: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        noise: object | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The offline vocoding of `inference`, unchecked. A causal source joins chunks by its fixed noise and
+        carried phase, not by a cached source or per-request draws: those arguments are refused."""
+        if cache_source is not None or generator is not None or noise is not None:
+            raise ValueError(
+                "CausalHiFTGenerator: cache_source, generator and noise do not apply (its noise is fixed)"
+            )
+        speech_feat = speech_feat.to(self.conv_pre.bias.dtype)
+        f0 = self.f0_predictor(speech_feat)
+        f0 = F.interpolate(f0[:, None].float(), scale_factor=float(self.upsample_scale), mode="nearest")
+        source = self.m_source(f0.transpose(1, 2)).transpose(1, 2)
+        return self.decode(speech_feat, source).float(), source
+
+    def inference_rows(self, *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """Not available: batched chunk vocoding belongs to the streaming vocoder, which is not built yet."""
+        raise NotImplementedError("CausalHiFTGenerator has no batched chunk vocoding (inference_rows) yet")

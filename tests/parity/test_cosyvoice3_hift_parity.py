@@ -1,0 +1,150 @@
+"""Our CosyVoice3 vocoder (studio.tts.cosyvoice3.hift) against the reference's CausalHiFTGenerator.
+
+Both take the same random weights (the reference's state dict, upstream's `hift.pt` layout, loaded into ours
+strictly), the same fixed source randomness (the reference draws its initial phases and noise table at
+construction; ours is given them) and the same mel; the waveforms must agree to 1e-4 in fp32.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from studio.tts.cosyvoice3.hift import CausalConvRNNF0Predictor, CausalHiFTGenerator
+from studio.tts.hift.model import load_hift_state_dict
+
+pytestmark = pytest.mark.parity
+
+SAMPLES_PER_MEL_FRAME = 480
+FRAMES = 100  # 2 s of mel
+#: cosyvoice3.yaml's hift, but for the channel widths (small: 32 / 32; official: 512 / 512).
+HIFT_CONFIG = {
+    "in_channels": 80,
+    "nb_harmonics": 8,
+    "sampling_rate": 24000,
+    "nsf_alpha": 0.1,
+    "nsf_sigma": 0.003,
+    "nsf_voiced_threshold": 10,
+    "upsample_rates": [8, 5, 3],
+    "upsample_kernel_sizes": [16, 11, 7],
+    "istft_params": {"n_fft": 16, "hop_len": 4},
+    "resblock_kernel_sizes": [3, 7, 11],
+    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+    "source_resblock_kernel_sizes": [7, 7, 11],
+    "source_resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+    "lrelu_slope": 0.1,
+    "audio_limit": 0.99,
+    "conv_pre_look_right": 4,
+}
+
+
+def _reference_hift(channels: int) -> torch.nn.Module:
+    """The reference's generator with random weights that reach every path: Snake slopes and biases away
+    from their initial values, and an F0 predictor whose output crosses the 10 Hz voicing threshold."""
+    from vllm_omni.model_executor.models.cosyvoice3.code2wav_core import hifigan
+
+    torch.manual_seed(0)
+    hift = hifigan.CausalHiFTGenerator(
+        base_channels=channels,
+        f0_predictor=hifigan.CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=channels),
+        **HIFT_CONFIG,
+    ).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in hift.named_parameters():
+            if name.endswith("alpha"):
+                parameter.uniform_(0.5, 1.5, generator=generator)
+            elif name.endswith("bias"):
+                parameter.normal_(0.0, 0.02, generator=generator)
+        # log-magnitude bins raised so the waveform peaks well above silence (over 0.05) yet below the clamp
+        hift.conv_post.bias[: HIFT_CONFIG["istft_params"]["n_fft"] // 2 + 1] += 2.0
+        # F0 = |classifier(features)|: scaled to a spread of 30 Hz over the test's mel, so that about 3 frames
+        # in 4 are voiced (above 10 Hz) and the rest are not
+        classifier = hift.f0_predictor.classifier
+        classifier.bias.zero_()
+        f0 = hift.f0_predictor(_mel(FRAMES))
+        classifier.weight.mul_(30.0 / f0.pow(2).mean().sqrt())
+    return hift
+
+
+def _ours_from(reference: torch.nn.Module, channels: int, *, fuse: bool) -> CausalHiFTGenerator:
+    ours = CausalHiFTGenerator(
+        base_channels=channels,
+        f0_predictor=CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=channels),
+        **HIFT_CONFIG,
+    ).eval()
+    # Upstream's file prefixes every key with `generator.`; the reference's state dict is its layout.
+    state = {f"generator.{key}": value for key, value in reference.state_dict().items()}
+    load_hift_state_dict(ours, state, fuse=fuse)
+    sine_gen = reference.m_source.l_sin_gen
+    ours.m_source.set_noise(sine_gen.rand_ini, sine_gen.sine_waves)
+    return ours
+
+
+def _mel(frames: int) -> torch.Tensor:
+    return torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(3))
+
+
+def _compare(channels: int, *, fuse: bool = True) -> dict[str, float]:
+    reference = _reference_hift(channels)
+    ours = _ours_from(reference, channels, fuse=fuse)
+    mel = _mel(FRAMES)
+    with torch.inference_mode():
+        f0 = reference.f0_predictor(mel)
+        started = time.perf_counter()
+        theirs, their_source, _ = reference.inference(speech_feat=mel, finalize=True)
+        reference_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        speech, source = ours.inference(mel)
+        our_seconds = time.perf_counter() - started
+    voiced = float((f0 > HIFT_CONFIG["nsf_voiced_threshold"]).float().mean())
+    assert 0.2 < voiced < 0.9, f"the test's F0 should be voiced in part, is voiced in {voiced:.0%}"
+    assert speech.shape == (1, FRAMES * SAMPLES_PER_MEL_FRAME) and speech.dtype == torch.float32
+    assert 0.05 < float(theirs.abs().max()) < HIFT_CONFIG["audio_limit"], (
+        "the waveform should be audible, not clipped"
+    )
+    assert float((source - their_source).abs().max()) <= 1e-5
+    return {
+        "error": float((speech - theirs).abs().max()),
+        "reference_seconds": reference_seconds,
+        "our_seconds": our_seconds,
+    }
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["weight-normed", "fused"])
+def test_small_causal_hift_matches_reference(cosyvoice3_reference, fuse):
+    result = _compare(channels=32, fuse=fuse)
+    assert result["error"] <= 1e-4, result
+
+
+def test_official_causal_hift_matches_reference(cosyvoice3_reference, record_property):
+    """cosyvoice3.yaml's shapes (512 channels) on 2 s of mel, weight norm fused as the loader leaves it."""
+    result = _compare(channels=512)
+    for key, value in result.items():
+        record_property(key, value)
+    print(f"official causal HiFT, 100 mel frames: {result}")
+    assert result["error"] <= 1e-4, result
+
+
+def test_loads_upstream_keys_strictly_and_refuses_foreign_ones(cosyvoice3_reference):
+    reference = _reference_hift(32)
+    ours = _ours_from(reference, 32, fuse=False)
+    assert set(ours.state_dict()) == set(reference.state_dict())
+    state = dict(reference.state_dict())
+    state["conv_pre.extra"] = torch.zeros(1)
+    with pytest.raises(ValueError, match="unexpected"):
+        load_hift_state_dict(ours, state)
+
+
+def test_refuses_a_mel_of_the_wrong_shape():
+    ours = CausalHiFTGenerator(
+        base_channels=16, f0_predictor=CausalConvRNNF0Predictor(cond_channels=16), noise_seconds=1
+    )
+    with pytest.raises(ValueError, match="mel must be"):
+        ours.inference(torch.zeros(1, 40, 10))
+    with pytest.raises(ValueError, match="no frames"):
+        ours.inference(torch.zeros(1, 80, 0))
+    with pytest.raises(ValueError, match="noise table"):
+        ours.inference(torch.zeros(1, 80, 51))  # 51 frames: 24 480 samples, over 1 s
