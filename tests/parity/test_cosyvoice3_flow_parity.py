@@ -1,6 +1,8 @@
-"""Our CosyVoice3 DiT estimator (studio/tts/cosyvoice3/dit.py) against the reference's (vllm-omni's port of
-upstream's): the reference's state dict loads strictly into ours (the `flow.pt` key layout matches), then
-the velocity for one step is compared on identical inputs, in fp32.
+"""Our CosyVoice3 flow (studio/tts/cosyvoice3) against the reference's (vllm-omni's port of upstream's).
+
+Both are built from one config; the reference's state dict loads strictly into ours (the `flow.pt` key
+layout matches), then the DiT estimator's velocity for one step and the whole offline flow mel are
+compared on identical inputs and identical starting noise, in fp32.
 """
 
 from __future__ import annotations
@@ -10,8 +12,20 @@ import torch
 
 pytestmark = pytest.mark.parity
 
+SPEECH_TOKENS = 6561
+TOKEN_MEL_RATIO = 2
+PRE_LOOKAHEAD = 3
 TOLERANCE = 1e-4
+CFM_PARAMS = {
+    "sigma_min": 1e-06,
+    "solver": "euler",
+    "t_scheduler": "cosine",
+    "training_cfg_rate": 0.2,
+    "inference_cfg_rate": 0.7,
+    "reg_loss_type": "l1",
+}
 SMALL_DIT = {"dim": 64, "depth": 2, "heads": 4, "dim_head": 16, "ff_mult": 2}
+FULL_DIT = {"dim": 1024, "depth": 22, "heads": 16, "dim_head": 64, "ff_mult": 2}  # cosyvoice3.yaml's
 DIT_COMMON = {
     "mel_dim": 80,
     "mu_dim": 80,
@@ -20,6 +34,60 @@ DIT_COMMON = {
     "static_chunk_size": 50,
     "num_decoding_left_chunks": -1,
 }
+
+
+def _flow_kwargs() -> dict:
+    return {
+        "input_size": 80,
+        "output_size": 80,
+        "spk_embed_dim": 192,
+        "vocab_size": SPEECH_TOKENS,
+        "input_frame_rate": 25,
+        "token_mel_ratio": TOKEN_MEL_RATIO,
+        "pre_lookahead_len": PRE_LOOKAHEAD,
+    }
+
+
+def _reference_flow(dit: dict, lookahead_channels: int):
+    from omegaconf import DictConfig
+    from vllm_omni.model_executor.models.cosyvoice3.code2wav_core.cfm import (
+        CausalConditionalCFM,
+        CausalMaskedDiffWithDiT,
+    )
+    from vllm_omni.model_executor.models.cosyvoice3.code2wav_core.layers import PreLookaheadLayer
+    from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_code2wav import _build_dit_estimator
+
+    estimator = _build_dit_estimator({**dit, **DIT_COMMON})
+    decoder = CausalConditionalCFM(240, DictConfig(CFM_PARAMS), n_spks=1, spk_emb_dim=80, estimator=estimator)
+    return CausalMaskedDiffWithDiT(
+        **_flow_kwargs(),
+        pre_lookahead_layer=PreLookaheadLayer(80, lookahead_channels, pre_lookahead_len=PRE_LOOKAHEAD),
+        decoder=decoder,
+    ).eval()
+
+
+def _our_flow(dit: dict, lookahead_channels: int):
+    from studio.tts.cosyvoice3.dit import DiT
+    from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT, PreLookaheadLayer
+    from studio.tts.flow.cfm import CausalConditionalCFM
+
+    decoder = CausalConditionalCFM(
+        240, CFM_PARAMS, n_spks=1, spk_emb_dim=80, estimator=DiT(**dit, **DIT_COMMON)
+    )
+    return CausalMaskedDiffWithDiT(
+        **_flow_kwargs(),
+        pre_lookahead_layer=PreLookaheadLayer(80, lookahead_channels, pre_lookahead_len=PRE_LOOKAHEAD),
+        decoder=decoder,
+    ).eval()
+
+
+def _flow_pair(dit: dict, lookahead_channels: int):
+    """The reference with random weights, and ours holding the same weights (loaded strictly)."""
+    torch.manual_seed(0)
+    reference = _reference_flow(dit, lookahead_channels)
+    ours = _our_flow(dit, lookahead_channels)
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    return reference, ours
 
 
 def _estimator_pair(dit: dict):
@@ -56,6 +124,37 @@ def _max_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return (ours - theirs).abs().max().item()
 
 
+def _flow_inputs(tokens: int, prompt_tokens: int, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    token = torch.randint(0, SPEECH_TOKENS, (1, tokens), generator=generator)
+    prompt_token = torch.randint(0, SPEECH_TOKENS, (1, prompt_tokens), generator=generator)
+    prompt_feat = torch.randn(1, prompt_tokens * TOKEN_MEL_RATIO, 80, generator=generator)
+    return {
+        "token": token,
+        "token_len": torch.tensor([tokens]),
+        "prompt_token": prompt_token,
+        "prompt_token_len": torch.tensor([prompt_tokens]),
+        "prompt_feat": prompt_feat,
+        "prompt_feat_len": torch.tensor([prompt_feat.shape[1]]),
+        "embedding": torch.randn(1, 192, generator=generator),
+    }
+
+
+def _flow_mels(reference, ours, inputs: dict, *, finalize: bool, n_timesteps: int, noise_seed: int):
+    """Both flows' mels from the same starting noise: the reference draws it from the seeded global
+    generator; ours reads it from its noise buffer, which gets the same draw."""
+    frames = (inputs["token"].shape[1] + inputs["prompt_token"].shape[1]) * TOKEN_MEL_RATIO
+    if not finalize:
+        frames -= PRE_LOOKAHEAD * TOKEN_MEL_RATIO
+    torch.manual_seed(noise_seed)
+    noise = torch.randn(1, 80, frames)
+    ours.decoder.rand_noise[:, :, :frames] = noise
+    torch.manual_seed(noise_seed)
+    theirs, _ = reference.inference(**inputs, streaming=False, finalize=finalize, n_timesteps=n_timesteps)
+    mine, _ = ours.inference(**inputs, streaming=False, finalize=finalize, n_timesteps=n_timesteps)
+    return mine, theirs
+
+
 @pytest.mark.parametrize("valid_frames", [40, 29], ids=["all-valid", "padded-tail"])
 def test_dit_estimator_matches_the_reference_for_one_step(cosyvoice3_reference, valid_frames):
     reference, ours = _estimator_pair(SMALL_DIT)
@@ -65,3 +164,36 @@ def test_dit_estimator_matches_the_reference_for_one_step(cosyvoice3_reference, 
         mine = ours(*inputs)
     assert theirs.abs().max() > 0.1  # a real velocity, not zeros on both sides
     assert _max_error(mine, theirs) <= TOLERANCE
+
+
+@pytest.mark.parametrize("finalize", [True, False], ids=["final", "with-lookahead"])
+def test_offline_flow_mel_matches_the_reference(cosyvoice3_reference, finalize):
+    reference, ours = _flow_pair(SMALL_DIT, lookahead_channels=64)
+    inputs = _flow_inputs(tokens=17, prompt_tokens=6, seed=2)
+    mine, theirs = _flow_mels(reference, ours, inputs, finalize=finalize, n_timesteps=10, noise_seed=3)
+    expected_tokens = 17 - (0 if finalize else PRE_LOOKAHEAD)
+    assert theirs.shape == (1, 80, expected_tokens * TOKEN_MEL_RATIO)
+    assert _max_error(mine, theirs) <= TOLERANCE
+
+
+def test_full_size_dit_flow_matches_the_reference(cosyvoice3_reference):
+    """cosyvoice3.yaml's shapes (22 blocks of 1024, 16 heads, lookahead width 1024) on a short input."""
+    reference, ours = _flow_pair(FULL_DIT, lookahead_channels=1024)
+    inputs = _flow_inputs(tokens=8, prompt_tokens=4, seed=4)
+    mine, theirs = _flow_mels(reference, ours, inputs, finalize=True, n_timesteps=2, noise_seed=5)
+    assert theirs.shape == (1, 80, 8 * TOKEN_MEL_RATIO)
+    assert _max_error(mine, theirs) <= TOLERANCE
+
+
+def test_flow_refuses_streaming_and_a_prompt_mel_of_the_wrong_length():
+    from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT
+
+    flow = _our_flow(SMALL_DIT, lookahead_channels=64)
+    inputs = _flow_inputs(tokens=5, prompt_tokens=3, seed=6)
+    with pytest.raises(NotImplementedError, match="offline only"):
+        flow.inference(**inputs, streaming=True, finalize=True)
+    inputs["prompt_feat"] = inputs["prompt_feat"][:, :-1]
+    with pytest.raises(ValueError, match="3 prompt tokens need 6"):
+        flow.inference(**inputs, finalize=True)
+    with pytest.raises(ValueError, match="pre_lookahead_layer and a decoder"):
+        CausalMaskedDiffWithDiT(decoder=flow.decoder)
