@@ -148,3 +148,25 @@ def test_refuses_a_mel_of_the_wrong_shape():
         ours.inference(torch.zeros(1, 80, 0))
     with pytest.raises(ValueError, match="noise table"):
         ours.inference(torch.zeros(1, 80, 51))  # 51 frames: 24 480 samples, over 1 s
+
+
+def test_fixed_noise_is_drawn_as_far_as_needed_and_the_same_at_every_length():
+    """A sample's noise depends on its position only: a longer take's table starts with a shorter one's."""
+    ours = CausalHiFTGenerator(
+        base_channels=16, f0_predictor=CausalConvRNNF0Predictor(cond_channels=16), noise_seconds=3
+    )
+    unvoiced = torch.zeros(
+        1, 2 * SAMPLES_PER_MEL_FRAME, 1
+    )  # 2 frames below the voicing threshold: the source is the fixed noise
+    short = ours.m_source(unvoiced)
+    assert ours.m_source.noise.shape[1] == 24000  # one second drawn, not the three allowed
+    longer = ours.m_source(torch.zeros(1, 101 * SAMPLES_PER_MEL_FRAME, 1))  # over 2 s
+    assert ours.m_source.noise.shape[1] == 72000
+    assert torch.equal(short, longer[:, : unvoiced.shape[1]])
+    again = CausalHiFTGenerator(
+        base_channels=16, f0_predictor=CausalConvRNNF0Predictor(cond_channels=16), noise_seconds=3
+    )
+    again.m_source(unvoiced)
+    assert torch.equal(again.m_source.noise, ours.m_source.noise[:, :24000])  # the same seed, the same noise
+    with pytest.raises(ValueError, match="whole mel frames"):
+        ours.m_source(torch.zeros(1, 1000, 1))

@@ -119,6 +119,10 @@ class CausalSineSource(nn.Module):
     depends on no later frame. Randomness is fixed per model, as upstream: `initial_phase` [1, harmonics]
     (zero for the fundamental) and `noise` [1, samples, harmonics] uniform in [0, 1), indexed by the sample's
     position in the take. Both are buffers outside the state dict; `set_noise` replaces them.
+
+    Both come from one generator seeded `noise_seed`, the phases first. The noise table is drawn only as far
+    as the longest take so far needs (upstream holds 300 s, 259 MB, per model): the generator fills a table
+    in order, so a sample's noise is the same whatever the table's length.
     """
 
     def __init__(
@@ -139,12 +143,22 @@ class CausalSineSource(nn.Module):
         self.noise_std = noise_std
         self.voiced_threshold = voiced_threshold
         self.l_linear = nn.Linear(harmonic_num + 1, 1)
-        generator = torch.Generator().manual_seed(noise_seed)
-        initial_phase = torch.rand(1, harmonic_num + 1, generator=generator)
+        self.noise_samples = noise_samples
+        self.noise_seed = noise_seed
+        self._noise_given = False
+        initial_phase = torch.rand(1, harmonic_num + 1, generator=torch.Generator().manual_seed(noise_seed))
         initial_phase[:, 0] = 0
-        noise = torch.rand(1, noise_samples, harmonic_num + 1, generator=generator)
         self.register_buffer("initial_phase", initial_phase, persistent=False)
-        self.register_buffer("noise", noise, persistent=False)
+        self.register_buffer("noise", torch.zeros(1, 0, harmonic_num + 1), persistent=False)
+
+    def _draw_noise(self, samples: int) -> None:
+        """Make the noise table at least `samples` long (whole seconds, at most `noise_samples`)."""
+        harmonics = self.l_linear.in_features
+        length = min(self.noise_samples, math.ceil(samples / self.sampling_rate) * self.sampling_rate)
+        generator = torch.Generator().manual_seed(self.noise_seed)
+        torch.rand(1, harmonics, generator=generator)  # the initial phases come first
+        noise = torch.rand(1, length, harmonics, generator=generator)
+        self.noise = noise.to(self.initial_phase.device)
 
     def set_noise(self, initial_phase: torch.Tensor, noise: torch.Tensor) -> None:
         """Use these fixed phases [1, harmonics] and noise table [1, samples, harmonics] from now on."""
@@ -156,16 +170,24 @@ class CausalSineSource(nn.Module):
         device = self.initial_phase.device
         self.initial_phase = initial_phase.detach().to(device=device, dtype=torch.float32).clone()
         self.noise = noise.detach().to(device=device, dtype=torch.float32).clone()
+        self._noise_given = True
 
     def forward(self, f0: torch.Tensor) -> torch.Tensor:
         """f0 [B, N, 1] in Hz per sample -> excitation [B, N, 1] float32."""
         samples = f0.shape[1]
-        if samples > self.noise.shape[1]:
-            seconds = self.noise.shape[1] / self.sampling_rate
+        if samples % self.upsample_scale:
             raise ValueError(
-                f"CausalSineSource: {samples} samples exceed the fixed noise table's {self.noise.shape[1]} "
-                f"({seconds:.0f} s); vocode in chunks or build the model with more noise_seconds"
+                f"CausalSineSource: {samples} samples are not whole mel frames of {self.upsample_scale}"
             )
+        if samples > self.noise.shape[1]:
+            limit = self.noise.shape[1] if self._noise_given else self.noise_samples
+            if samples > limit:
+                raise ValueError(
+                    f"CausalSineSource: {samples} samples exceed the fixed noise table's {limit} "
+                    f"({limit / self.sampling_rate:.1f} s); vocode in chunks or build the model with more "
+                    f"noise_seconds"
+                )
+            self._draw_noise(samples)
         f0 = f0.float()
         harmonics = torch.arange(1, self.l_linear.in_features + 1, device=f0.device, dtype=torch.float32)
         rad_values = (f0 * harmonics / self.sampling_rate) % 1
