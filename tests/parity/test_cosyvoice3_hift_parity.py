@@ -136,6 +136,30 @@ def test_loads_upstream_keys_strictly_and_refuses_foreign_ones(cosyvoice3_refere
     state["conv_pre.extra"] = torch.zeros(1)
     with pytest.raises(ValueError, match="unexpected"):
         load_hift_state_dict(ours, state)
+    del state["conv_pre.extra"], state["f0_predictor.classifier.bias"]
+    with pytest.raises(ValueError, match="missing"):
+        load_hift_state_dict(ours, state)
+
+
+def test_loads_the_old_weight_norm_layout(cosyvoice3_reference):
+    """A hift.pt saved with torch's old weight norm names its halves `weight_g` / `weight_v`."""
+    reference = _reference_hift(32)
+    old_style = {
+        f"generator.{key}".replace("parametrizations.weight.original0", "weight_g").replace(
+            "parametrizations.weight.original1", "weight_v"
+        ): value
+        for key, value in reference.state_dict().items()
+    }
+    assert any(key.endswith(".weight_g") for key in old_style)
+    ours = _ours_from(reference, 32, fuse=True)
+    from_old = CausalHiFTGenerator(
+        base_channels=32, f0_predictor=CausalConvRNNF0Predictor(cond_channels=32), **HIFT_CONFIG
+    ).eval()
+    load_hift_state_dict(from_old, old_style)
+    sine_gen = reference.m_source.l_sin_gen
+    from_old.m_source.set_noise(sine_gen.rand_ini, sine_gen.sine_waves)
+    mel = _mel(FRAMES)
+    assert torch.equal(from_old.inference(mel)[0], ours.inference(mel)[0])
 
 
 def test_refuses_a_mel_of_the_wrong_shape():
