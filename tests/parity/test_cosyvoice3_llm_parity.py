@@ -31,15 +31,30 @@ TEXT, PROMPT_TEXT, PROMPT_SPEECH = [5, 17, 42, 99, 3], [7, 8, 300], [10, 200, 65
 DECODED = [123, 6560, 0, 4000]  # fed back as decode steps
 
 
-def _small_qwen2_config():
+#: A small body, and the official body's width (896 wide, 14 query heads of 64, 2 KV heads) with 2 of its 24
+#: layers; the text vocabulary is cut to 400 ids (it only sizes the text embedding).
+QWEN2_SHAPES = {
+    "small": {
+        "hidden_size": HIDDEN,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+    },
+    "official width": {
+        "hidden_size": 896,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+    },
+}
+
+
+def _qwen2_config(shape: str):
     from transformers import Qwen2Config
 
     return Qwen2Config(
-        hidden_size=HIDDEN,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **QWEN2_SHAPES[shape],
         num_hidden_layers=2,
-        intermediate_size=128,
         vocab_size=400,
         max_position_embeddings=256,
         tie_word_embeddings=True,
@@ -56,17 +71,27 @@ class _UpstreamQwen2Encoder(nn.Module):
         self.model = Qwen2ForCausalLM(config)
 
 
-@pytest.fixture(scope="module")
-def models(cosyvoice3_reference):
+def _build_models(shape: str):
     """The reference head on a stock Qwen2 body with random weights, and ours loaded strictly from it."""
     from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_talker import CosyVoice3LM as RefLM
 
     torch.manual_seed(0)
-    config = _small_qwen2_config()
-    theirs = RefLM(HIDDEN, HIDDEN, SPEECH_TOKENS, _UpstreamQwen2Encoder(config)).eval()
-    ours = CosyVoice3LM(HIDDEN, HIDDEN, SPEECH_TOKENS, Qwen2Encoder(config=config))
+    config = _qwen2_config(shape)
+    width = config.hidden_size
+    theirs = RefLM(width, width, SPEECH_TOKENS, _UpstreamQwen2Encoder(config)).eval()
+    ours = CosyVoice3LM(width, width, SPEECH_TOKENS, Qwen2Encoder(config=config))
     ours.load_state_dict(theirs.state_dict(), strict=True)
     return theirs, ours.eval()
+
+
+@pytest.fixture(scope="module")
+def models(cosyvoice3_reference):
+    return _build_models("small")
+
+
+@pytest.fixture(scope="module", params=list(QWEN2_SHAPES))
+def models_of_each_shape(cosyvoice3_reference, request):
+    return _build_models(request.param)
 
 
 def _reference_prompt_embeds(theirs) -> torch.Tensor:
@@ -133,11 +158,15 @@ def test_special_ids_follow_the_reference(models):
 
 
 @torch.inference_mode()
-def test_prompt_embeddings_and_logits_match_the_reference_over_decode_steps(models):
-    theirs, ours = models
+def test_prompt_embeddings_and_logits_match_the_reference_over_decode_steps(models_of_each_shape):
+    theirs, ours = models_of_each_shape
     ours_embeds = ours.build_prompt_embeds(TEXT, PROMPT_TEXT, PROMPT_SPEECH)
     ref_embeds = _reference_prompt_embeds(theirs)
-    assert ours_embeds.shape == (1, 1 + len(PROMPT_TEXT) + len(TEXT) + 1 + len(PROMPT_SPEECH), HIDDEN)
+    assert ours_embeds.shape == (
+        1,
+        1 + len(PROMPT_TEXT) + len(TEXT) + 1 + len(PROMPT_SPEECH),
+        ours.llm_input_size,
+    )
     assert _max_abs_error(ours_embeds, ref_embeds) == 0.0
 
     cache = ours.new_cache()
