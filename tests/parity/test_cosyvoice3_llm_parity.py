@@ -231,3 +231,17 @@ def test_bad_inputs_are_refused_with_what_is_wrong(models):
         ours(torch.zeros(1, HIDDEN), ours.new_cache())
     with pytest.raises(ValueError, match="hidden_size=64"):
         CosyVoice3LM(32, 32, SPEECH_TOKENS, ours.llm)
+
+
+@torch.inference_mode()
+def test_built_on_meta_and_loaded_by_assignment_it_gives_the_same_logits(models):
+    """The loaders' way (no random init): build on `meta`, assign upstream's tensors, recompute the rotary
+    frequencies; the rotary buffers are not in `llm.pt`, so without `materialize_buffers` it cannot run."""
+    theirs, ours = models
+    with torch.device("meta"):
+        lazy = CosyVoice3LM(HIDDEN, HIDDEN, SPEECH_TOKENS, Qwen2Encoder(config=ours.llm.model.config))
+    lazy.load_state_dict(theirs.state_dict(), strict=True, assign=True)
+    lazy.materialize_buffers()
+    embeds = lazy.build_prompt_embeds(TEXT, PROMPT_TEXT, PROMPT_SPEECH)
+    expected = _reference_logits(theirs, _reference_prompt_embeds(theirs))
+    assert _max_abs_error(lazy.eval()(embeds, lazy.new_cache()), expected) <= TOLERANCE
