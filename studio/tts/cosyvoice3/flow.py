@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from studio.tts.flow.masks import make_pad_mask
+from studio.tts.flow.flow import decode_after_prompt, embed_speaker_and_tokens
 
 
 class PreLookaheadLayer(nn.Module):
@@ -117,13 +117,9 @@ class CausalMaskedDiffWithDiT(nn.Module):
             )
         if not finalize and token.shape[1] + prompt_token.shape[1] <= self.pre_lookahead_len:
             raise ValueError(f"a non-final flow chunk needs more than {self.pre_lookahead_len} tokens")
-        dtype = self.spk_embed_affine_layer.weight.dtype
-        embedding = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1).to(dtype))
-
-        token = torch.cat([prompt_token, token], dim=1)
-        token_len = prompt_token_len + token_len
-        mask = (~make_pad_mask(token_len, max_len=token.shape[1])).unsqueeze(-1).to(embedding)
-        token = self.input_embedding(torch.clamp(token, min=0).long()) * mask
+        embedding, token, _ = embed_speaker_and_tokens(
+            self, token, token_len, prompt_token, prompt_token_len, embedding
+        )
 
         if finalize:
             h = self.pre_lookahead_layer(token)
@@ -131,17 +127,5 @@ class CausalMaskedDiffWithDiT(nn.Module):
             lookahead = self.pre_lookahead_len
             h = self.pre_lookahead_layer(token[:, :-lookahead], context=token[:, -lookahead:])
         h = h.repeat_interleave(self.token_mel_ratio, dim=1)
-        prompt_frames = prompt_feat.shape[1]
-        frames = h.shape[1]
-
-        conds = torch.zeros([1, frames, self.output_size], device=h.device, dtype=h.dtype)
-        conds[:, :prompt_frames] = prompt_feat.to(h.dtype)
-        feat, _ = self.decoder(
-            mu=h.transpose(1, 2).contiguous(),
-            mask=torch.ones([1, 1, frames], device=h.device, dtype=h.dtype),
-            spks=embedding,
-            cond=conds.transpose(1, 2),
-            n_timesteps=max(1, int(n_timesteps)),
-            streaming=False,
-        )
-        return feat[:, :, prompt_frames:].float(), None
+        mel = decode_after_prompt(self.decoder, h, prompt_feat, embedding, max(1, int(n_timesteps)), False)
+        return mel, None

@@ -70,13 +70,9 @@ class CausalMaskedDiffWithXvec(nn.Module):
             raise ValueError(f"flow inference takes one utterance at a time, got batch {token.shape[0]}")
         if not finalize and token.shape[1] + prompt_token.shape[1] <= self.pre_lookahead_len:
             raise ValueError(f"a non-final flow chunk needs more than {self.pre_lookahead_len} tokens")
-        dtype = self.spk_embed_affine_layer.weight.dtype  # inputs follow the weights (e.g. after .half())
-        embedding = self.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1).to(dtype))
-
-        token = torch.cat([prompt_token, token], dim=1)
-        token_len = prompt_token_len + token_len
-        mask = (~make_pad_mask(token_len)).unsqueeze(-1).to(embedding)
-        token = self.input_embedding(torch.clamp(token, min=0).long()) * mask
+        embedding, token, token_len = embed_speaker_and_tokens(
+            self, token, token_len, prompt_token, prompt_token_len, embedding
+        )
 
         if finalize:
             h, _ = self.encoder(token, token_len, streaming=streaming)
@@ -84,20 +80,49 @@ class CausalMaskedDiffWithXvec(nn.Module):
             lookahead = self.pre_lookahead_len
             token, context = token[:, :-lookahead], token[:, -lookahead:]
             h, _ = self.encoder(token, token_len, context=context, streaming=streaming)
-        mel_len1 = prompt_feat.shape[1]
-        mel_len2 = h.shape[1] - mel_len1
         h = self.encoder_proj(h)
+        return decode_after_prompt(self.decoder, h, prompt_feat, embedding, n_timesteps, streaming), None
 
-        conds = torch.zeros([1, mel_len1 + mel_len2, self.output_size], device=h.device, dtype=h.dtype)
-        conds[:, :mel_len1] = prompt_feat.to(h.dtype)
-        conds = conds.transpose(1, 2)
-        mask = torch.ones([1, 1, mel_len1 + mel_len2], device=h.device, dtype=h.dtype)
-        feat, _ = self.decoder(
-            mu=h.transpose(1, 2).contiguous(),
-            mask=mask,
-            spks=embedding,
-            cond=conds,
-            n_timesteps=n_timesteps,
-            streaming=streaming,
-        )
-        return feat[:, :, mel_len1:].float(), None
+
+def embed_speaker_and_tokens(
+    flow: nn.Module,
+    token: torch.Tensor,
+    token_len: torch.Tensor,
+    prompt_token: torch.Tensor,
+    prompt_token_len: torch.Tensor,
+    embedding: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A flow's first step, shared by CosyVoice2's and CosyVoice3's: (the speaker vector through
+    `spk_embed_affine_layer` [1, 80], prompt + target tokens through `input_embedding` with padding zeroed
+    [1, N, C], their lengths). Inputs follow the weights' dtype (e.g. after .half())."""
+    dtype = flow.spk_embed_affine_layer.weight.dtype
+    embedding = flow.spk_embed_affine_layer(F.normalize(embedding.float(), dim=1).to(dtype))
+    token = torch.cat([prompt_token, token], dim=1)
+    token_len = prompt_token_len + token_len
+    mask = (~make_pad_mask(token_len, max_len=token.shape[1])).unsqueeze(-1).to(embedding)
+    return embedding, flow.input_embedding(torch.clamp(token, min=0).long()) * mask, token_len
+
+
+def decode_after_prompt(
+    decoder: nn.Module,
+    h: torch.Tensor,
+    prompt_feat: torch.Tensor,
+    embedding: torch.Tensor,
+    n_timesteps: int,
+    streaming: bool,
+) -> torch.Tensor:
+    """A flow's last step, shared by CosyVoice2's and CosyVoice3's: solve the mel for token features
+    h [1, T, 80] conditioned on the prompt's mel [1, T', 80] (its first T' frames) and the speaker vector;
+    return the frames after the prompt's [1, 80, T - T'] in float32."""
+    prompt_frames, frames = prompt_feat.shape[1], h.shape[1]
+    conds = torch.zeros([1, frames, h.shape[2]], device=h.device, dtype=h.dtype)
+    conds[:, :prompt_frames] = prompt_feat.to(h.dtype)
+    feat, _ = decoder(
+        mu=h.transpose(1, 2).contiguous(),
+        mask=torch.ones([1, 1, frames], device=h.device, dtype=h.dtype),
+        spks=embedding,
+        cond=conds.transpose(1, 2),
+        n_timesteps=n_timesteps,
+        streaming=streaming,
+    )
+    return feat[:, :, prompt_frames:].float()
