@@ -9,11 +9,11 @@ where upstream keeps a dropout inside a `Sequential`, an `Identity` holds its in
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from studio.tts.flow.estimator import sinusoidal_embedding
 
 TIME_FREQUENCY_DIM = 256
 TIME_SCALE = 1000.0
@@ -36,12 +36,7 @@ class TimestepEmbedding(nn.Module):
         self.time_mlp = nn.Sequential(nn.Linear(frequency_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        half = self.frequency_dim // 2
-        exponent = torch.arange(half, device=t.device, dtype=torch.float32) * (
-            -math.log(10000.0) / (half - 1)
-        )
-        angles = TIME_SCALE * t.unsqueeze(1).float() * torch.exp(exponent).unsqueeze(0)
-        sinusoids = torch.cat([angles.sin(), angles.cos()], dim=-1).to(t.dtype)
+        sinusoids = sinusoidal_embedding(t.float(), self.frequency_dim, scale=TIME_SCALE).to(t.dtype)
         return self.time_mlp(sinusoids)
 
 

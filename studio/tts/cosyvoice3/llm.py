@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from studio.tts.device.transfer import to_device
-from studio.tts.llm.model import Qwen2Encoder, Qwen2LM
+from studio.tts.llm.model import Qwen2Encoder, Qwen2LM, as_token_ids
 from studio.tts.llm.sampling import RasSampling
 
 SPECIAL_TOKENS = 200  # ids after the speech vocabulary, in `speech_embedding` and `llm_decoder`
@@ -101,7 +100,7 @@ class CosyVoice3LM(nn.Module):
         sos and task are rows of `speech_embedding`; the text goes through the backbone's token embedding.
         """
         weight = self.speech_embedding.weight
-        text_ids = torch.cat([_as_ids(prompt_text, weight.device), _as_ids(text, weight.device)])
+        text_ids = torch.cat([as_token_ids(prompt_text, weight.device), as_token_ids(text, weight.device)])
         if text_ids.numel() == 0:
             raise ValueError("CosyVoice3LM needs at least one text token")
         parts = [
@@ -114,7 +113,7 @@ class CosyVoice3LM(nn.Module):
 
     def embed_speech_tokens(self, tokens: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Speech token ids (each in [0, speech_token_size)) -> their input embeddings [N, D]."""
-        ids = _as_ids(tokens, self.speech_embedding.weight.device)
+        ids = as_token_ids(tokens, self.speech_embedding.weight.device)
         if isinstance(tokens, torch.Tensor):
             bounds = (int(ids.min()), int(ids.max())) if ids.numel() else (0, 0)
         else:  # checked on the host: reading a GPU value back would wait for every queued kernel
@@ -147,9 +146,3 @@ class CosyVoice3LM(nn.Module):
     def speech_logp(self, hidden: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over speech tokens + special ids (float32) from last hidden states [B, D]."""
         return self.llm_decoder(hidden).float().log_softmax(dim=-1)
-
-
-def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
-    if isinstance(ids, torch.Tensor):
-        return ids.reshape(-1).to(device=device, dtype=torch.long)
-    return to_device(torch.as_tensor(list(ids), dtype=torch.long).reshape(-1), device)  # no wait for the GPU

@@ -184,8 +184,8 @@ class Qwen2LM(nn.Module):
     ) -> torch.Tensor:
         """`[sos] + embed(prompt_text + text) + [task] + speech_embedding(prompt_speech_token)` -> [1, L, D]."""
         weight = self.speech_embedding.weight
-        text_ids = torch.cat([_as_ids(prompt_text, weight.device), _as_ids(text, weight.device)])
-        speech_ids = _as_ids(prompt_speech_token, weight.device)
+        text_ids = torch.cat([as_token_ids(prompt_text, weight.device), as_token_ids(text, weight.device)])
+        speech_ids = as_token_ids(prompt_speech_token, weight.device)
         if isinstance(prompt_speech_token, torch.Tensor):
             largest = int(speech_ids.max()) if speech_ids.numel() else -1
         else:  # checked on the host: reading a GPU value back would wait for every queued kernel
@@ -222,7 +222,8 @@ class Qwen2LM(nn.Module):
         return self.llm_decoder(hidden).float().log_softmax(dim=-1)
 
 
-def _as_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
+def as_token_ids(ids: torch.Tensor | Sequence[int], device: torch.device) -> torch.Tensor:
+    """Token ids as a flat long tensor on `device` (a host list is copied without waiting for the GPU)."""
     if isinstance(ids, torch.Tensor):
         return ids.reshape(-1).to(device=device, dtype=torch.long)
     return to_device(torch.as_tensor(ids, dtype=torch.long).reshape(-1), device)  # no wait for the GPU
