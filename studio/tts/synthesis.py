@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,13 +89,21 @@ class SpeechTokenProducer:
     """Runs a token backend's ``generate`` on its own thread and hands tokens to the caller's thread.
 
     Errors in the thread are re-raised in the caller at its next wait; `close()` cancels the
-    backend and joins the thread, so abandoning a request leaves nothing running.
+    backend and joins the thread, so abandoning a request leaves nothing running. ``keep(token)``, when
+    given, decides per sampled token whether the take keeps it (`tokens` holds only kept ones).
     """
 
     def __init__(
-        self, generate, cancel: LinkedEvent, name: str = "cosyvoice2-llm", intra_op_threads: int | None = None
+        self,
+        generate,
+        cancel: LinkedEvent,
+        name: str = "cosyvoice2-llm",
+        intra_op_threads: int | None = None,
+        keep: Callable[[int], bool] | None = None,
     ):
         self._generate = generate  # a no-argument callable returning an iterator of token ids
+        # which sampled tokens the take keeps, asked once per token in order (CosyVoice3 drops long silences)
+        self._keep = keep
         # torch's intra-op thread count is per thread: one for the LM on CPU keeps its OpenMP team from
         # fighting the flow's team for the same cores (per-token LM work is too small to split anyway)
         self._intra_op_threads = intra_op_threads
@@ -121,8 +130,10 @@ class SpeechTokenProducer:
             started = time.perf_counter()
             for token in self._generate():
                 now = time.perf_counter()
+                kept = self._keep is None or self._keep(int(token))
                 with self._condition:
-                    self.tokens.append(int(token))
+                    if kept:
+                        self.tokens.append(int(token))
                     self.llm_seconds += now - started
                     self._condition.notify_all()
                 started = time.perf_counter()

@@ -20,7 +20,6 @@ It starts from the prompt's cached flow state when an earlier request used the s
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from contextlib import nullcontext
@@ -33,6 +32,7 @@ from torch.nn import functional as F
 from studio import envs
 from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
+from studio.tts.flow.streaming.hops import HOP_SCALE, MAX_HOP_LEN, TOKEN_HOP_LEN, HopSchedule
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
@@ -43,11 +43,6 @@ log = logging.getLogger(__name__)
 # Mel frames of one batched HiFT call (`Token2WavStream.vocode_many`, `STUDIO_HIFT_BATCH_FRAMES`): an estimated
 # ~150 KB of activations a frame, ~0.3 GB at most, outside the VRAM budget's plan; 16 first chunks fit
 HIFT_BATCH_FRAMES = 2048
-TOKEN_HOP_LEN = 25
-# Upstream CosyVoice2Model's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks
-# are larger, so a take makes fewer flow and HiFT calls, each on more frames (a step costs about the same).
-HOP_SCALE = 2
-MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
 MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
@@ -106,7 +101,6 @@ class Token2WavStream:
     hop_scale: int = HOP_SCALE  # each streamed chunk after the first grows the hop by this factor...
     max_hop_len: int = MAX_HOP_LEN  # ...up to this many tokens (upstream: 25 -> 50 -> 100)
     first_hop: int | None = None  # tokens of a shorter first chunk (0: upstream's; None: the environment's)
-    token_offset: int = 0
     incremental: bool | None = None  # streaming: cached flow, new frames only (None: the environment's)
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
@@ -114,17 +108,18 @@ class Token2WavStream:
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        prompt_len = int(self.prompt_token.shape[1])
-        self.prompt_pad = math.ceil(prompt_len / self.token_hop_len) * self.token_hop_len - prompt_len
         self.lookahead = int(getattr(self.flow, "pre_lookahead_len", 3))
         self.mel_ratio = int(getattr(self.flow, "token_mel_ratio", 2))
-        if self.hop_scale < 1 or self.max_hop_len < self.token_hop_len:
-            raise ValueError("hop_scale must be >= 1 and max_hop_len >= token_hop_len")
-        self._hop_len = self.token_hop_len  # the hop of the next chunk after the first (grows per chunk)
-        aligned = self.token_hop_len + self.prompt_pad
         if self.first_hop is None:
             self.first_hop = envs.FIRST_HOP_TOKENS.count() or 0
-        self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
+        self.schedule = HopSchedule(
+            prompt_tokens=int(self.prompt_token.shape[1]),
+            lookahead=self.lookahead,
+            token_hop_len=self.token_hop_len,
+            hop_scale=self.hop_scale,
+            max_hop_len=self.max_hop_len,
+            first_hop=self.first_hop,
+        )
         self.device = next(self.flow.parameters()).device
         self.window = to_device(_HAMMING, self.device)  # never waits for the flow's queued GPU work
         self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
@@ -157,27 +152,20 @@ class Token2WavStream:
         if self._incremental is not None and self.scheduled:
             scheduler_for(self.flow).forget(self)
 
-    # -- streaming schedule ----------------------------------------------------------------------
+    # -- streaming schedule (`HopSchedule`) ---------------------------------------------------------
+    @property
+    def token_offset(self) -> int:
+        """Tokens rendered by the streamed chunks so far."""
+        return self.schedule.token_offset
+
     @property
     def hop(self) -> int:
-        """Tokens the next streamed chunk advances by (the first one also covers the prompt pad).
-
-        A short first chunk (`first_hop`) is followed by one that ends on the second boundary of the
-        chunk grid, so every later call commits whole chunks again."""
-        if self.token_offset == 0:
-            return self.first_hop_len
-        if self._realigning:
-            return 2 * self.token_hop_len + self.prompt_pad - self.token_offset
-        return self._hop_len
-
-    @property
-    def _realigning(self) -> bool:
-        """The chunk after a short first one: it ends on the chunk grid again (and does not grow the hop)."""
-        return self.token_offset == self.first_hop_len < self.token_hop_len + self.prompt_pad
+        """Tokens the next streamed chunk advances by."""
+        return self.schedule.hop
 
     def tokens_needed(self) -> int:
         """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
-        return self.token_offset + self.hop + self.lookahead
+        return self.schedule.tokens_needed()
 
     def ready(self, n_tokens: int) -> bool:
         return self.streaming and n_tokens >= self.tokens_needed()
@@ -185,11 +173,8 @@ class Token2WavStream:
     # -- rendering -------------------------------------------------------------------------------
     def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
         """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
-        end, hop = self.tokens_needed(), self.hop
-        speech, times = self._render(tokens[:end], finalize=False)
-        self.token_offset += hop
-        if not self._realigning:
-            self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)  # as upstream: 25, 50, 100
+        speech, times = self._render(tokens[: self.tokens_needed()], finalize=False)
+        self.schedule.advance()
         return speech, times
 
     def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:

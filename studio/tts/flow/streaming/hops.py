@@ -1,0 +1,70 @@
+"""A streamed take's token schedule: how many speech tokens each chunk advances by, shared by both families.
+
+Upstream's CosyVoice2Model and CosyVoice3Model stream alike: the first chunk covers the prompt's pad to the
+25-token grid plus one hop, later hops grow 25 -> 50 -> 100, and each chunk waits for the lookahead tokens
+after it. The schedule here is per take (upstream keeps the growing hop on the model, shared by every take).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+TOKEN_HOP_LEN = 25
+# Upstream's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks are larger, so a
+# take makes fewer flow and vocoder calls, each on more frames (a step costs about the same).
+HOP_SCALE = 2
+MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
+
+
+@dataclass
+class HopSchedule:
+    """Where a streamed take stands: `token_offset` tokens rendered, and the hop of the next chunk.
+
+    ``first_hop`` (0 < first_hop < the aligned first hop) asks for a shorter first chunk; the chunk after it
+    then ends on the chunk grid again, so every later chunk commits whole chunks."""
+
+    prompt_tokens: int
+    lookahead: int
+    token_hop_len: int = TOKEN_HOP_LEN
+    hop_scale: int = HOP_SCALE
+    max_hop_len: int = MAX_HOP_LEN
+    first_hop: int = 0
+    token_offset: int = 0
+    _hop_len: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.hop_scale < 1 or self.max_hop_len < self.token_hop_len:
+            raise ValueError("hop_scale must be >= 1 and max_hop_len >= token_hop_len")
+        self.prompt_pad = (
+            math.ceil(self.prompt_tokens / self.token_hop_len) * self.token_hop_len - self.prompt_tokens
+        )
+        aligned = self.token_hop_len + self.prompt_pad
+        self.first_hop_len = self.first_hop if 0 < self.first_hop < aligned else aligned
+        self._hop_len = self.token_hop_len  # the hop of the next chunk after the first (grows per chunk)
+
+    @property
+    def hop(self) -> int:
+        """Tokens the next streamed chunk advances by (the first one also covers the prompt pad)."""
+        if self.token_offset == 0:
+            return self.first_hop_len
+        if self.realigning:
+            return 2 * self.token_hop_len + self.prompt_pad - self.token_offset
+        return self._hop_len
+
+    @property
+    def realigning(self) -> bool:
+        """The chunk after a short first one: it ends on the chunk grid again (and does not grow the hop)."""
+        return self.token_offset == self.first_hop_len < self.token_hop_len + self.prompt_pad
+
+    def tokens_needed(self) -> int:
+        """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
+        return self.token_offset + self.hop + self.lookahead
+
+    def advance(self) -> int:
+        """The next chunk was rendered: move past its hop (and grow the hop); return the hop."""
+        hop = self.hop
+        self.token_offset += hop
+        if not self.realigning:  # a short first chunk's successor keeps the first hop size
+            self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)
+        return hop
