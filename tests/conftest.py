@@ -22,26 +22,42 @@ def offline_hub(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir() -> Path:
-    """The tiny random-weight model folder, built once per version of the model code and reused across runs.
-
-    Built into a private folder and renamed into place, so concurrent test runs never see half a folder.
-    Treat it as read-only: tests that change files must copy it first.
+def _cached_tiny_model(family: str) -> Path:
+    """The tiny random-weight folder of ``family``, built once per version of its model code and reused across
+    runs; built into a private folder and renamed into place, so concurrent test runs never see half a folder.
     """
     from studio.tts.fabricate.builder import BUILDER_VERSION, build_model_folder, source_fingerprint
 
-    target = TEST_MODELS / f"tiny-v{BUILDER_VERSION}-{source_fingerprint()}"
+    prefix = "tiny" if family == "cosyvoice2" else f"tiny-{family}"
+    target = TEST_MODELS / f"{prefix}-v{BUILDER_VERSION}-{source_fingerprint(family)}"
     if not (target / "README.md").is_file():
         TEST_MODELS.mkdir(parents=True, exist_ok=True)
         staging = TEST_MODELS / f".{target.name}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
-        build_model_folder(staging, size="tiny", seed=0)
+        build_model_folder(staging, size="tiny", seed=0, family=family)
         try:
             staging.rename(target)
         except OSError:  # another run finished first
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny random-weight CosyVoice2 folder, built once per version of the model code and reused across runs.
+
+    Treat it as read-only: tests that change files must copy it first.
+    """
+    return _cached_tiny_model("cosyvoice2")
+
+
+@pytest.fixture(scope="session")
+def tiny_cosyvoice3_dir() -> Path:
+    """The tiny random-weight CosyVoice3 folder (``make-model --family cosyvoice3``), cached as `tiny_model_dir`.
+
+    Treat it as read-only: tests that change files must copy it first.
+    """
+    return _cached_tiny_model("cosyvoice3")
 
 
 @pytest.fixture

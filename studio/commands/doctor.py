@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from studio.model_layout import REQUIRED_FILES, RUNS, YAML_FILE, foreign_family_problem, missing_files
+from studio.model_layout import DEFAULT_FAMILY, ModelFamily, family_of, folder_family, missing_files
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: (compute capability major, minor) -> (minimum torch, minimum CUDA) for that architecture.
@@ -227,6 +227,13 @@ def check_qt() -> Check:
     return Check("qt", PASS, f"PySide6 {qt_version} with QtMultimedia")
 
 
+def _refetch(family: ModelFamily, path: Path) -> str:
+    """How to get a model file back: `download` fetches the default family; other families are copied."""
+    if family == DEFAULT_FAMILY:
+        return f"run cosyvoice-studio download --to {path} again (it resumes, fetching only what is missing)"
+    return f"copy it again from the {family.model} release into {path}"
+
+
 def check_model(folder: str | None) -> Check:
     if not folder:
         return Check(
@@ -238,24 +245,18 @@ def check_model(folder: str | None) -> Check:
     path = Path(folder).expanduser()
     if not path.is_dir():
         return Check("model", FAIL, f"{path} is not a folder", "cosyvoice-studio download --to DIR")
-    foreign = foreign_family_problem(path)
-    if foreign:
-        return Check(
-            "model",
-            FAIL,
-            f"{path}: {foreign}",
-            f"cosyvoice-studio download --to DIR fetches {RUNS.model}; then doctor --model DIR",
-        )
+    family = family_of(path)
     missing = missing_files(path)
     if missing:
-        return Check(
-            "model",
-            FAIL,
-            f"{path} lacks {', '.join(missing)}",
-            "the download is incomplete: run cosyvoice-studio download --to DIR again (it resumes)",
+        kind = family.folder_kind if folder_family(path) else f"no yaml: checked as a {family.folder_kind}"
+        hint = (
+            "the download is incomplete: run cosyvoice-studio download --to DIR again (it resumes)"
+            if family == DEFAULT_FAMILY
+            else f"copy the missing files from the {family.model} release into {path}"
         )
+        return Check("model", FAIL, f"{path} ({kind}) lacks {', '.join(missing)}", hint)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**30
-    found = f"{path}: all {len(REQUIRED_FILES)} required files ({size:.2f} GiB)"
+    found = f"{path}: {family.folder_kind}: all {len(family.required_files)} required files ({size:.2f} GiB)"
     try:  # lazily: doctor must run (and report) where torch or the runtime is broken
         from studio.tts.errors import ModelFolderError
         from studio.tts.loader import validate_folder
@@ -274,10 +275,10 @@ def check_model(folder: str | None) -> Check:
             "model",
             FAIL,
             str(exc),
-            f"the file is truncated or does not belong to this model: delete {broken} and run "
-            f"cosyvoice-studio download --to {path} again (it resumes, fetching only what is missing)",
+            f"the file is truncated or does not belong to this model: delete {broken} and "
+            + _refetch(family, path),
         )
-    return Check("model", PASS, f"{found}, all readable and matching {YAML_FILE}")
+    return Check("model", PASS, f"{found}, all readable and matching {family.yaml_file}")
 
 
 def run_checks(model: str | None) -> list[Check]:

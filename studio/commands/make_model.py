@@ -1,7 +1,9 @@
-"""``cosyvoice-studio make-model``: write a random-weight model folder in the official CosyVoice2 layout.
+"""``cosyvoice-studio make-model``: write a random-weight model folder in the official layout of CosyVoice2-0.5B
+(``--family cosyvoice2``, the default) or Fun-CosyVoice3-0.5B (``--family cosyvoice3``).
 
 ``--size tiny`` is the test model (seconds to build, under 50 MB); ``--size full`` has the official
-shapes (about 3.5 GB on disk) for GPU benchmarks, where compute does not depend on weight values.
+shapes (about 3.5 GB on disk for CosyVoice2) for GPU benchmarks, where compute does not depend on weight
+values.
 """
 
 from __future__ import annotations
@@ -11,14 +13,24 @@ import sys
 import time
 from pathlib import Path
 
+FAMILY_CHOICES = ("cosyvoice2", "cosyvoice3")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "make-model",
-        help="write a random-weight CosyVoice2 model folder (tests, benchmarks)",
-        description="Write a complete CosyVoice2-0.5B-style folder with seeded random weights.",
+        help="write a random-weight CosyVoice2 or CosyVoice3 model folder (tests, benchmarks)",
+        description="Write a complete CosyVoice2-0.5B- or Fun-CosyVoice3-0.5B-style folder with seeded "
+        "random weights.",
     )
     parser.add_argument("directory", metavar="DIR", help="folder to create (must be empty or absent)")
+    parser.add_argument(
+        "--family",
+        choices=FAMILY_CHOICES,
+        default="cosyvoice2",
+        help="which model's layout: cosyvoice2 (CosyVoice2-0.5B) or cosyvoice3 (Fun-CosyVoice3-0.5B) "
+        "(default: cosyvoice2)",
+    )
     parser.add_argument(
         "--size",
         choices=("tiny", "full"),
@@ -36,14 +48,14 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         folder = build_model_folder(
-            Path(args.directory), size=args.size, seed=args.seed, overwrite=args.force
+            Path(args.directory), size=args.size, seed=args.seed, overwrite=args.force, family=args.family
         )
     except (BuildError, OSError) as exc:
         print(f"make-model: {exc}", file=sys.stderr)
         return 2
     size_mb = folder_size_bytes(folder) / 1e6
     print(
-        f"wrote {args.size} model (seed {args.seed}) to {folder}: {size_mb:.1f} MB "
+        f"wrote {args.size} model ({args.family}, seed {args.seed}) to {folder}: {size_mb:.1f} MB "
         f"in {time.perf_counter() - started:.1f} s"
     )
     return 0

@@ -19,23 +19,29 @@ from PySide6.QtWidgets import (
 )
 
 from studio.launch import studio_command
-from studio.model_layout import foreign_family_problem, missing_files
+from studio.model_layout import FAMILIES, family_of, folder_family, missing_files
 
 
 def missing_model_files(folder: str | Path) -> list[str]:
-    """Files of the official layout that ``folder`` lacks (all of them when it does not exist)."""
+    """Files of its family's official layout that ``folder`` lacks (all of them when it does not exist)."""
     return missing_files(folder)
 
 
 def folder_problem(folder: str | Path) -> str:
     """Why ``folder`` is not a model folder the studio runs, as the panel says it ("" when it is one)."""
-    foreign = foreign_family_problem(folder)
-    if foreign:
-        return f"<b>{folder}</b>: {foreign}"
     missing = missing_model_files(folder)
-    if missing:
-        return f"<b>{folder}</b> is not a CosyVoice2 model folder: missing {', '.join(missing)}."
-    return ""
+    if not missing:
+        return ""
+    family = folder_family(folder)
+    if family is None:
+        models = " or ".join(f.model for f in FAMILIES)
+        return f"<b>{folder}</b> is not a {models} model folder: missing {', '.join(missing)}."
+    return f"<b>{folder}</b> is an incomplete {family.folder_kind}: missing {', '.join(missing)}."
+
+
+def folder_description(folder: str | Path) -> str:
+    """What the panel says of a folder it accepts: "CosyVoice3 folder (Fun-CosyVoice3-0.5B)"."""
+    return family_of(folder).folder_kind
 
 
 class FirstRunPanel(QWidget):
@@ -56,7 +62,8 @@ class FirstRunPanel(QWidget):
         heading = QLabel("Welcome to CosyVoice Studio")
         heading.setObjectName("Heading")
         intro = QLabel(
-            "The studio needs a CosyVoice2-0.5B model folder. Choose one you have, download the official "
+            "The studio needs a CosyVoice2-0.5B or Fun-CosyVoice3-0.5B model folder. Choose one you have, "
+            "download the official CosyVoice2 "
             "model (about 5 GB), or build a tiny demo model in seconds to try the studio."
         )
         intro.setWordWrap(True)
@@ -113,7 +120,9 @@ class FirstRunPanel(QWidget):
         return self._process is not None
 
     def choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "CosyVoice2 model folder", str(Path.home()))
+        folder = QFileDialog.getExistingDirectory(
+            self, "CosyVoice2 or CosyVoice3 model folder", str(Path.home())
+        )
         if folder:
             self.use_folder(folder)
 
@@ -122,6 +131,7 @@ class FirstRunPanel(QWidget):
         if problem:
             self.message.setText(problem)
             return False
+        self.message.setText(f"{folder_description(folder)}: {folder}")
         self.sig_model_ready.emit(str(folder))
         return True
 

@@ -1,4 +1,5 @@
-"""Read ``cosyvoice2.yaml`` (HyperPyYAML) with plain PyYAML and build our modules from it.
+"""Read a model folder's yaml (``cosyvoice2.yaml`` or ``cosyvoice3.yaml``, HyperPyYAML) with plain PyYAML and
+build our modules from it.
 
 HyperPyYAML tags become inert nodes (`Tagged`, `Ref`); references are resolved against the
 top-level keys, and `ModelConfig.build` turns a section into our own classes through
@@ -31,11 +32,19 @@ CLASS_TABLE: dict[str, str] = {
     "cosyvoice.flow.decoder.CausalConditionalDecoder": "studio.tts.flow.estimator:CausalConditionalDecoder",
     "cosyvoice.hifigan.generator.HiFTGenerator": "studio.tts.hift.model:HiFTGenerator",
     "cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor": "studio.tts.hift.model:ConvRNNF0Predictor",
+    "cosyvoice.llm.llm.CosyVoice3LM": "studio.tts.cosyvoice3.llm:CosyVoice3LM",
+    "cosyvoice.flow.flow.CausalMaskedDiffWithDiT": "studio.tts.cosyvoice3.flow:CausalMaskedDiffWithDiT",
+    "cosyvoice.transformer.upsample_encoder.PreLookaheadLayer": "studio.tts.cosyvoice3.flow:PreLookaheadLayer",
+    "cosyvoice.flow.DiT.dit.DiT": "studio.tts.cosyvoice3.dit:DiT",
+    "cosyvoice.hifigan.generator.CausalHiFTGenerator": "studio.tts.cosyvoice3.hift:CausalHiFTGenerator",
+    "cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor": "studio.tts.cosyvoice3.hift:CausalConvRNNF0Predictor",
     "omegaconf.DictConfig": "studio.tts.config:AttrDict",
 }
 
 #: Top-level sections the runtime builds; everything else (hifigan, data pipeline, optimisers) is ignored.
 MODEL_SECTIONS = ("llm", "flow", "hift")
+#: `get_tokenizer`'s ``version`` when the yaml gives none (upstream's default: CosyVoice2's tokenizer).
+DEFAULT_TOKENIZER_VERSION = "cosyvoice2"
 
 
 class AttrDict(dict):
@@ -266,6 +275,34 @@ class ModelConfig:
         """Streaming hop in speech tokens (the flow's static chunk size)."""
         return int(self.values.get("chunk_size", 25))
 
+    @property
+    def tokenizer_version(self) -> str:
+        """`get_tokenizer`'s ``version`` (``cosyvoice3`` in CosyVoice3's yaml): which special tokens the text
+        tokenizer adds, as upstream's `get_qwen_tokenizer` picks them."""
+        node = self.values.get("get_tokenizer")
+        version = node.kwargs.get("version") if isinstance(node, Tagged) else None
+        if version is None:
+            return DEFAULT_TOKENIZER_VERSION
+        if not isinstance(version, str):
+            raise ConfigError(self.path, f"get_tokenizer's version must be a name, not {version!r}")
+        return version
+
+    @property
+    def prompt_mel_fmax(self) -> float | None:
+        """`feat_extractor`'s ``fmax``: the prompt mel's top frequency (8000 for CosyVoice2; CosyVoice3's yaml
+        says null, the Nyquist frequency). 8000 when the yaml has no `feat_extractor`."""
+        node = self.values.get("feat_extractor")
+        if not isinstance(node, Tagged) or "fmax" not in node.kwargs:
+            return 8000.0
+        fmax = node.kwargs["fmax"]
+        if fmax is None:
+            return None
+        if not isinstance(fmax, (int, float)) or isinstance(fmax, bool) or fmax <= 0:
+            raise ConfigError(
+                self.path, f"feat_extractor's fmax must be a positive number or null, not {fmax!r}"
+            )
+        return float(fmax)
+
     def _section(self, section: str) -> Tagged:
         node = self.values.get(section)
         if not isinstance(node, Tagged) or node.kind != "new":
@@ -352,12 +389,12 @@ def _import_target(target: str, path: Path) -> Any:
 
 
 def read_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ModelConfig:
-    """Parse ``cosyvoice2.yaml``; ``overrides`` replace top-level keys before references resolve."""
+    """Parse a model yaml; ``overrides`` replace top-level keys before references resolve."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise ConfigError(path, "missing: the model folder needs its cosyvoice2.yaml") from exc
+        raise ConfigError(path, f"missing: the model folder needs its {path.name}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(path, f"cannot be read: {exc}") from exc
     try:

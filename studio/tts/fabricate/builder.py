@@ -1,8 +1,9 @@
-"""Write a complete CosyVoice2-0.5B-style model folder with seeded random weights (``make-model``).
+"""Write a complete model folder with seeded random weights (``make-model``), in the official layout of
+CosyVoice2-0.5B or Fun-CosyVoice3-0.5B.
 
 ``full`` has exactly the official shapes (for GPU benchmarks: compute does not depend on weight values);
-``tiny`` keeps everything the reference fixes (flow encoder width 512, speech vocabulary 6561, 80 mel
-bins, HiFT rates) and shrinks the rest, so tests build it in seconds and it stays under 50 MB (its
+``tiny`` keeps everything the reference fixes (CosyVoice2's flow encoder width 512, speech vocabulary 6561,
+80 mel bins, HiFT rates) and shrinks the rest, so tests build it in seconds and it stays under 50 MB (its
 weights are stored in float16; the loader runs them in float32). Same file names, same yaml keys.
 """
 
@@ -17,19 +18,25 @@ import torch
 from studio.model_layout import (
     BLANKEN_DIR,
     CAMPPLUS_FILE,
+    COSYVOICE2,
+    COSYVOICE3,
     FLOW_FILE,
     HIFT_FILE,
     LLM_FILE,
-    SPEECH_TOKENIZER_FILE,
-    YAML_FILE,
+    ModelFamily,
 )
 from studio.tts.config import read_config
-from studio.tts.fabricate import yaml_template
+from studio.tts.fabricate import yaml_template, yaml_template_cv3
 from studio.tts.fabricate.onnx_files import write_campplus, write_speech_tokenizer
+from studio.tts.frontend.special_tokens import special_tokens_for
 
 #: Bump when the files a size produces change, so caches keyed on it rebuild.
 BUILDER_VERSION = 1
 SIZES = ("tiny", "full")
+#: ``make-model --family`` names -> the family written.
+FAMILIES = {"cosyvoice2": COSYVOICE2, "cosyvoice3": COSYVOICE3}
+#: Each family's yaml template (its module: FULL_DIMENSIONS, TINY_DIMENSIONS, render_yaml).
+_TEMPLATES = {COSYVOICE2: yaml_template, COSYVOICE3: yaml_template_cv3}
 
 #: Qwen2.5-0.5B's config (the official CosyVoice-BlankEN/config.json).
 FULL_QWEN2 = {
@@ -70,11 +77,11 @@ TINY_QWEN2 = {
 }
 
 
-def source_fingerprint() -> str:
+def source_fingerprint(family: str = "cosyvoice2") -> str:
     """A short hash of the code that decides a built folder's contents (module layouts, tokenizer, yaml).
 
     Test caches key on it, so a change to any model module rebuilds the tiny folder instead of failing
-    to load a stale one.
+    to load a stale one. ``family`` (a `FAMILIES` name) adds that family's own model modules.
     """
     import hashlib
 
@@ -82,11 +89,14 @@ def source_fingerprint() -> str:
     names = [
         *sorted(p.relative_to(tts).as_posix() for p in (tts / "fabricate").glob("*.py")),
         "frontend/text.py",
+        "frontend/special_tokens.py",
         "llm/model.py",
         "hift/model.py",
         "hift/source.py",
         *sorted(p.relative_to(tts).as_posix() for p in (tts / "flow").glob("*.py")),
     ]
+    if _family(family) == COSYVOICE3:
+        names += sorted(p.relative_to(tts).as_posix() for p in (tts / "cosyvoice3").glob("*.py"))
     digest = hashlib.sha1()
     for name in names:
         path = tts / name
@@ -98,20 +108,28 @@ class BuildError(Exception):
     """The folder cannot be written (bad size, target not empty, disk problems)."""
 
 
-def _dimensions(size: str) -> tuple[dict, dict]:
+def _family(name: str) -> ModelFamily:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise BuildError(f"unknown family {name!r}; expected one of {', '.join(FAMILIES)}") from None
+
+
+def _dimensions(family: ModelFamily, size: str) -> tuple[dict, dict]:
+    template = _TEMPLATES[family]
     if size == "full":
-        return yaml_template.FULL_DIMENSIONS, dict(FULL_QWEN2)
+        return template.FULL_DIMENSIONS, dict(FULL_QWEN2)
     if size == "tiny":
-        return yaml_template.TINY_DIMENSIONS, dict(TINY_QWEN2)
+        return template.TINY_DIMENSIONS, dict(TINY_QWEN2)
     raise BuildError(f"unknown size {size!r}; expected one of {', '.join(SIZES)}")
 
 
-def _write_blanken(folder: Path, qwen2: dict, size: str) -> dict:
+def _write_blanken(folder: Path, qwen2: dict, size: str, family: ModelFamily) -> dict:
     """Tokenizer files and config.json; returns the config with a vocabulary that covers the tokenizer."""
     from studio.tts.fabricate.tokenizer import write_tokenizer_folder
 
     folder.mkdir(parents=True, exist_ok=True)
-    token_ids = write_tokenizer_folder(folder)
+    token_ids = write_tokenizer_folder(folder, special_tokens=special_tokens_for(family.tokenizer_version))
     if size == "tiny":
         qwen2["vocab_size"] = -(-token_ids // 64) * 64
         qwen2["bos_token_id"] = qwen2["eos_token_id"] = token_ids - 1  # metadata only; keep it in range
@@ -122,10 +140,13 @@ def _write_blanken(folder: Path, qwen2: dict, size: str) -> dict:
 
 
 def _sane_init_llm(llm: torch.nn.Module) -> None:
-    """Speech and sos/task embeddings at the backbone's scale (transformers initialises it at std 0.02)."""
+    """Speech and sos/task embeddings at the backbone's scale (transformers initialises it at std 0.02).
+
+    CosyVoice3's LM has no `llm_embedding`: its sos and task rows are in `speech_embedding`."""
     with torch.no_grad():
-        for embedding in (llm.llm_embedding, llm.speech_embedding):
-            embedding.weight.normal_(0.0, 0.02)
+        for embedding in (getattr(llm, "llm_embedding", None), llm.speech_embedding):
+            if embedding is not None:
+                embedding.weight.normal_(0.0, 0.02)
 
 
 def _sane_init_vocoder(flow: torch.nn.Module, hift: torch.nn.Module) -> None:
@@ -153,10 +174,16 @@ def _save_state(module: torch.nn.Module, path: Path, dtype: torch.dtype) -> None
 
 
 def build_model_folder(
-    out_dir: str | Path, size: str = "tiny", seed: int = 0, overwrite: bool = False
+    out_dir: str | Path,
+    size: str = "tiny",
+    seed: int = 0,
+    overwrite: bool = False,
+    family: str = "cosyvoice2",
 ) -> Path:
-    """Write the folder and return its path; the same size and seed always give the same weights."""
-    dims, qwen2 = _dimensions(size)
+    """Write the folder of ``family`` (a `FAMILIES` name) and return its path; the same family, size and seed
+    always give the same weights."""
+    model_family = _family(family)
+    dims, qwen2 = _dimensions(model_family, size)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise BuildError(
@@ -164,9 +191,12 @@ def build_model_folder(
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = torch.float16 if size == "tiny" else torch.float32
-    (out_dir / YAML_FILE).write_text(yaml_template.render_yaml(dims), encoding="utf-8")
-    qwen2 = _write_blanken(out_dir / BLANKEN_DIR, qwen2, size)
-    config = read_config(out_dir / YAML_FILE, {"qwen_pretrain_path": str(out_dir / BLANKEN_DIR)})
+    yaml_path = out_dir / model_family.yaml_file
+    yaml_path.write_text(_TEMPLATES[model_family].render_yaml(dims), encoding="utf-8")
+    if model_family == COSYVOICE3:  # the official folder's top-level config.json, for Hugging Face tooling
+        (out_dir / "config.json").write_text("{}\n", encoding="utf-8")
+    qwen2 = _write_blanken(out_dir / BLANKEN_DIR, qwen2, size, model_family)
+    config = read_config(yaml_path, {"qwen_pretrain_path": str(out_dir / BLANKEN_DIR)})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         llm = config.build("llm")
@@ -180,9 +210,9 @@ def build_model_folder(
         _save_state(hift, out_dir / HIFT_FILE, dtype)
     rng = np.random.default_rng(seed)
     write_campplus(out_dir / CAMPPLUS_FILE, rng)
-    write_speech_tokenizer(out_dir / SPEECH_TOKENIZER_FILE, rng)
+    write_speech_tokenizer(out_dir / model_family.speech_tokenizer_file, rng)
     (out_dir / "README.md").write_text(
-        f"Random-weight CosyVoice2 folder ({size}, seed {seed}, builder v{BUILDER_VERSION}) written by "
+        f"Random-weight {model_family.name} folder ({size}, seed {seed}, builder v{BUILDER_VERSION}) written by "
         f"`cosyvoice-studio make-model`. It speaks noise: for tests and benchmarks only.\n",
         encoding="utf-8",
     )

@@ -1,4 +1,5 @@
-"""Small seeded stand-ins for ``campplus.onnx`` and ``speech_tokenizer_v2.onnx`` with the official interfaces.
+"""Small seeded stand-ins for ``campplus.onnx`` and the speech tokenizer (``speech_tokenizer_v2.onnx`` or
+``speech_tokenizer_v3.onnx``, which share one interface) with the official interfaces.
 
 They are written as ONNX graphs directly (no exporter needed): the speaker model maps a mean-normalised
 fbank ``input`` [B, T, 80] to an embedding [B, 192]; the tokenizer maps a Whisper log-mel ``feats``
@@ -70,7 +71,8 @@ def write_campplus(path: Path, rng: np.random.Generator, hidden: int = 256) -> P
 
 
 def write_speech_tokenizer(path: Path, rng: np.random.Generator) -> Path:
-    """Speech tokenizer: 4-frame average pooling (ceil mode), projection to 6561 logits, argmax."""
+    """Speech tokenizer: 4-frame average pooling (ceil mode), projection to 6561 logits, argmax; the graph is
+    named after the file (``speech_tokenizer_v2`` or ``speech_tokenizer_v3``)."""
     from onnx import TensorProto, helper
 
     weight = rng.standard_normal((128, SPEECH_VOCAB)).astype(np.float32)
@@ -87,7 +89,7 @@ def write_speech_tokenizer(path: Path, rng: np.random.Generator) -> Path:
     ]
     graph = helper.make_graph(
         nodes,
-        "speech_tokenizer_v2",
+        path.stem,
         [
             helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
             helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1]),

@@ -10,9 +10,10 @@ same files.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
-from studio.tts.frontend.text import COSYVOICE_SPECIAL_TOKENS
+from studio.tts.frontend.special_tokens import COSYVOICE2_SPECIAL_TOKENS
 
 # Qwen2's special tokens follow the BPE vocabulary, in this order (as in the real BlankEN folder).
 QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -71,12 +72,16 @@ def _added_token(content: str) -> dict:
     }
 
 
-def write_tokenizer_folder(directory: str | Path, vocab_size: int = 1000) -> int:
+def write_tokenizer_folder(
+    directory: str | Path,
+    vocab_size: int = 1000,
+    special_tokens: Sequence[str] = COSYVOICE2_SPECIAL_TOKENS,
+) -> int:
     """Write vocab.json, merges.txt and tokenizer_config.json into `directory` (created if missing).
 
     `vocab_size` is the BPE vocabulary size (at least 256 + a few merges); the built-in sample may end
-    training a little below it. Returns the number of token ids the frontend uses once CosyVoice's special
-    tokens are added: the Qwen2 backbone's `vocab_size` must be at least this.
+    training a little below it. Returns the number of token ids the frontend uses once the family's
+    `special_tokens` are added: the Qwen2 backbone's `vocab_size` must be at least this.
     """
     from tokenizers import pre_tokenizers, trainers
 
@@ -113,5 +118,5 @@ def write_tokenizer_folder(directory: str | Path, vocab_size: int = 1000) -> int
         "unk_token": None,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    extra = [t for t in COSYVOICE_SPECIAL_TOKENS if t not in QWEN_SPECIAL_TOKENS]
+    extra = [t for t in special_tokens if t not in QWEN_SPECIAL_TOKENS]
     return base + len(QWEN_SPECIAL_TOKENS) + len(extra)

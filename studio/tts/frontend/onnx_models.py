@@ -1,9 +1,11 @@
-"""The two ONNX models of a CosyVoice2 folder, run by onnxruntime (CUDA provider when onnxruntime has it).
+"""The two ONNX models of a model folder, run by onnxruntime on the CPU.
 
 `SpeakerEmbedder` (campplus.onnx): input `input` float32 [B, T, 80] mean-normalised Kaldi fbank -> [B, 192].
-`SpeechTokenizer` (speech_tokenizer_v2.onnx): `feats` float32 [1, 128, T] Whisper log-mel and `feats_length`
-int32 [1] -> `indices` [1, ceil(T / 4)] (25 Hz speech tokens). A missing, broken or mismatched file raises
-`OnnxModelError` naming the file.
+`SpeechTokenizer` (CosyVoice2's speech_tokenizer_v2.onnx, CosyVoice3's speech_tokenizer_v3.onnx): a Whisper
+log-mel float32 [1, 128, T] and its length int32 [1] -> speech tokens [1, ceil(T / 4)] (25 Hz). Both
+versions take the same inputs; as upstream, they are fed by position (v2 names them `feats` and
+`feats_length`, its output `indices`). A missing, broken or mismatched file raises `OnnxModelError` naming
+the file.
 """
 
 from __future__ import annotations
@@ -84,12 +86,20 @@ class SpeakerEmbedder:
 
 
 class SpeechTokenizer:
-    """speech_tokenizer_v2: 25 Hz speech tokens of 16 kHz audio (upstream's `_extract_speech_token`)."""
+    """The speech tokenizer: 25 Hz speech tokens of 16 kHz audio (upstream's `_extract_speech_token`)."""
 
     def __init__(self, path: str | Path, threads: int | None = None) -> None:
         self.path = Path(path)
         self._session = _session(self.path, threads)
-        _check_io(self.path, self._session, {"feats": 3, "feats_length": 1}, "indices", "speech tokenizer")
+        inputs = self._session.get_inputs()
+        if len(inputs) != 2 or len(inputs[0].shape) != 3 or len(inputs[1].shape) != 1:
+            described = {i.name: list(i.shape) for i in inputs}
+            raise OnnxModelError(
+                f"{self.path}: expected a speech tokenizer with two inputs, the log-mel 'feats' of rank 3 "
+                f"and its length 'feats_length' of rank 1, found {described}"
+            )
+        self._feats, self._feats_length = inputs[0].name, inputs[1].name
+        self._output = self._session.get_outputs()[0].name
 
     def run(self, log_mel: torch.Tensor) -> torch.Tensor:
         """Whisper log-mel [128, T] -> speech tokens [1, N] int32 (CPU)."""
@@ -97,7 +107,7 @@ class SpeechTokenizer:
             raise ValueError(f"SpeechTokenizer expects a [128, T] log-mel, got {tuple(log_mel.shape)}")
         feats = log_mel.detach().float().cpu().numpy()[None]
         length = np.array([feats.shape[2]], dtype=np.int32)
-        indices = self._session.run(["indices"], {"feats": feats, "feats_length": length})[0]
+        indices = self._session.run([self._output], {self._feats: feats, self._feats_length: length})[0]
         return torch.from_numpy(np.asarray(indices).astype(np.int32).reshape(1, -1))
 
     def tokenize(self, wav16k: torch.Tensor) -> torch.Tensor:

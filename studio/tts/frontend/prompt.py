@@ -1,9 +1,9 @@
-"""The CosyVoice2 prompt frontend: prompt audio -> speech tokens, mel and speaker embedding (text: `text.py`).
+"""The prompt frontend: prompt audio -> speech tokens, mel and speaker embedding (text: `text.py`).
 
-`loader.load_frontend(model_dir, device)` builds one from a model folder (`CosyVoice-BlankEN/`,
-`campplus.onnx`, `speech_tokenizer_v2.onnx`, with errors naming the file). `Frontend.text` is the
-`TextFrontend`; `Frontend.prompt_features(wav, sr)` returns `PromptFeatures` aligned as upstream CosyVoice2
-does (2 mel frames per speech token, both trimmed to the shorter).
+`loader.load_frontend(model_dir, device)` builds one from a model folder of either family
+(`CosyVoice-BlankEN/`, `campplus.onnx`, the family's speech tokenizer, with errors naming the file).
+`Frontend.text` is the `TextFrontend`; `Frontend.prompt_features(wav, sr)` returns `PromptFeatures` aligned
+as upstream does for both families (2 mel frames per speech token, both trimmed to the shorter).
 
 The same prompt recording is usually used take after take, so `Frontend` keeps the features of recent
 prompts in a small LRU keyed by the audio's content (`$STUDIO_PROMPT_FEATURES_CACHE` entries, default 32,

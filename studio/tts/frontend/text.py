@@ -1,40 +1,27 @@
-"""The text frontend: Qwen2 tokenizer with CosyVoice's special tokens, offline normalisation, sentences."""
+"""The text frontend: Qwen2 tokenizer with a family's special tokens, offline normalisation, sentences."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from studio.tts.frontend.special_tokens import COSYVOICE2_SPECIAL_TOKENS
 from studio.tts.frontend.text_normalize import TextNormalizer
 
-#: CosyVoice2's added special tokens, in the official tokenizer's order (each one token id).
-COSYVOICE_SPECIAL_TOKENS = (
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|endofprompt|>",
-    "[breath]",
-    "<strong>",
-    "</strong>",
-    "[noise]",
-    "[laughter]",
-    "[cough]",
-    "[clucking]",
-    "[accent]",
-    "[quick_breath]",
-    "<laughter>",
-    "</laughter>",
-    "[hissing]",
-    "[sigh]",
-    "[vocalized-noise]",
-    "[lipsmack]",
-    "[mn]",
-)
+#: CosyVoice2's special tokens under the name the builder and the tests import.
+COSYVOICE_SPECIAL_TOKENS = COSYVOICE2_SPECIAL_TOKENS
 
 
 class TextFrontend:
-    """Qwen2 tokenizer with CosyVoice's special tokens, plus upstream's normalisation and sentence splitting."""
+    """Qwen2 tokenizer with CosyVoice's special tokens, plus upstream's normalisation and sentence splitting.
 
-    def __init__(self, tokenizer_dir: str | Path) -> None:
+    ``special_tokens`` are the family's (`studio.tts.frontend.special_tokens`), added in their order after
+    the folder's own vocabulary; CosyVoice2's by default.
+    """
+
+    def __init__(
+        self, tokenizer_dir: str | Path, special_tokens: Sequence[str] = COSYVOICE2_SPECIAL_TOKENS
+    ) -> None:
         from transformers import AutoTokenizer
 
         tokenizer_dir = Path(tokenizer_dir)
@@ -48,9 +35,10 @@ class TextFrontend:
             {
                 "eos_token": "<|endoftext|>",
                 "pad_token": "<|endoftext|>",
-                "additional_special_tokens": list(COSYVOICE_SPECIAL_TOKENS),
+                "additional_special_tokens": list(special_tokens),
             }
         )
+        self.special_tokens = tuple(special_tokens)
         self._normalizer = TextNormalizer()
 
     def __len__(self) -> int:
@@ -59,6 +47,13 @@ class TextFrontend:
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`; every fine-grained tag ([breath], <strong>, <|endofprompt|>, ...) is one id."""
         return list(self._tokenizer(text)["input_ids"])
+
+    def token_id(self, token: str) -> int:
+        """The one id of a special token (``<|endofprompt|>``: 151646 with the official vocabulary)."""
+        found = self._tokenizer.convert_tokens_to_ids(token)
+        if found is None or found == self._tokenizer.unk_token_id:
+            raise KeyError(f"{token!r} is not one token of this tokenizer")
+        return int(found)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -1,4 +1,5 @@
-"""Load a model folder laid out like CosyVoice2-0.5B into our own modules, strictly: the folder's checks
+"""Load a model folder of either family (CosyVoice2-0.5B, Fun-CosyVoice3-0.5B) into our own modules, strictly
+(`studio.model_layout` says which family a folder is and what it holds): the folder's checks
 (folder.py), its parts (parts.py), the whole folder beside vLLM's start (beside.py). Nothing is written into
 the folder, so read-only folders work."""
 
@@ -10,6 +11,7 @@ from studio.tts.loader.folder import (
     load_strict,
     read_folder_config,
     read_state_dict,
+    tokenizer_special_tokens,
     validate_folder,
 )
 from studio.tts.loader.parts import (
@@ -41,5 +43,6 @@ __all__ = [
     "load_strict",
     "read_folder_config",
     "read_state_dict",
+    "tokenizer_special_tokens",
     "validate_folder",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from studio import envs
-from studio.model_layout import SPK2INFO_FILE
+from studio.model_layout import SPK2INFO_FILE, family_of
 from studio.tts.device.fork_gate import ForkGate
 from studio.tts.loader.folder import check_folder, load_spk2info, read_folder_config
 from studio.tts.loader.parts import (
@@ -97,9 +97,10 @@ def load_model_folder_beside(
                 llm=llm,
                 flow=flow,
                 hift=hift,
-                frontend=load_frontend(model_dir, device),
+                frontend=load_frontend(model_dir, device, config),
                 device=device,
                 fp16=fp16,
+                family=family_of(model_dir),
                 spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
             )
             log.info(

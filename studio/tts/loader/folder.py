@@ -14,14 +14,12 @@ from studio.model_layout import (
     BLANKEN_DIR,
     BLANKEN_FILES,
     CAMPPLUS_FILE,
+    FAMILIES,
     FLOW_FILE,
     HIFT_FILE,
     LLM_FILE,
-    SPEECH_TOKENIZER_FILE,
     SPK2INFO_FILE,
-    YAML_FILE,
-    folder_family,
-    foreign_family_problem,
+    family_of,
     missing_files,
 )
 from studio.tts.config import ModelConfig, read_config
@@ -32,18 +30,14 @@ _LISTED = 4  # how many keys an error message lists before "and N more"
 
 
 def check_folder(model_dir: str | Path) -> Path:
-    """Return the folder as a Path, or raise `ModelFolderError` listing every required file it lacks
-    (or, for a folder of another model family, naming the family)."""
+    """Return the folder as a Path, or raise `ModelFolderError` listing every required file of its family
+    (`studio.model_layout.family_of`) it lacks."""
     model_dir = Path(model_dir).expanduser()
     if not model_dir.is_dir():
+        layouts = " or ".join(f"{family.model} (with {family.yaml_file}, ...)" for family in FAMILIES)
         raise MissingModelFileError(
-            model_dir,
-            "model folder not found (expected a folder laid out like "
-            "CosyVoice2-0.5B, with cosyvoice2.yaml, llm.pt, flow.pt, ...)",
+            model_dir, f"model folder not found (expected a folder laid out like {layouts})"
         )
-    foreign = foreign_family_problem(model_dir)
-    if foreign:
-        raise ModelFolderError(model_dir / folder_family(model_dir).yaml_file, foreign)
     missing = missing_files(model_dir)
     if missing:
         first = model_dir / missing[0]
@@ -53,8 +47,20 @@ def check_folder(model_dir: str | Path) -> Path:
 
 
 def read_folder_config(model_dir: Path) -> ModelConfig:
-    """The folder's ``cosyvoice2.yaml``, its Qwen2 references pointing into the folder's BlankEN copy."""
-    return read_config(model_dir / YAML_FILE, {"qwen_pretrain_path": str(model_dir / BLANKEN_DIR)})
+    """The folder's yaml (its family's: ``cosyvoice2.yaml`` or ``cosyvoice3.yaml``), its Qwen2 references
+    pointing into the folder's BlankEN copy."""
+    yaml_file = family_of(model_dir).yaml_file
+    return read_config(model_dir / yaml_file, {"qwen_pretrain_path": str(model_dir / BLANKEN_DIR)})
+
+
+def tokenizer_special_tokens(config: ModelConfig) -> tuple[str, ...]:
+    """The special tokens of the text tokenizer the yaml's `get_tokenizer` ``version`` names."""
+    from studio.tts.frontend.special_tokens import special_tokens_for
+
+    try:
+        return special_tokens_for(config.tokenizer_version)
+    except ValueError as exc:
+        raise ConfigError(config.path, f"get_tokenizer: {exc}") from exc
 
 
 def read_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
@@ -90,17 +96,19 @@ def describe_mismatch(module: torch.nn.Module, state: dict[str, torch.Tensor]) -
 def load_strict(
     module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, *, assign: bool = False, loader=None
 ) -> None:
-    """Load ``state`` into ``module`` with strict matching; mismatches become a `ModelFolderError`."""
+    """Load ``state`` into ``module`` with strict matching; mismatches become a `ModelFolderError` that names
+    ``path`` and the yaml of its folder's family."""
+    yaml_file = family_of(path.parent).yaml_file
     problem = describe_mismatch(module, state) if loader is None else ""
     if problem:
-        raise ModelFolderError(path, f"does not match {YAML_FILE}: {problem}")
+        raise ModelFolderError(path, f"does not match {yaml_file}: {problem}")
     try:
         if loader is not None:
             loader(module, state)
         else:
             module.load_state_dict(state, strict=True, assign=assign)
     except (RuntimeError, KeyError, ValueError) as exc:
-        raise ModelFolderError(path, f"does not match {YAML_FILE}: {str(exc).strip()[:600]}") from exc
+        raise ModelFolderError(path, f"does not match {yaml_file}: {str(exc).strip()[:600]}") from exc
 
 
 def build_section(config: ModelConfig, section: str, path: Path) -> torch.nn.Module:
@@ -168,7 +176,7 @@ def _read_state_dict_shapes(path: Path) -> dict[str, torch.Tensor]:
 def validate_folder(model_dir: str | Path) -> Path:
     """Check a model folder as `load_model_folder` does, without loading weights; return it as a Path.
 
-    The yaml must parse and describe the three models; llm.pt, flow.pt and hift.pt must open as state
+    The yaml must parse, describe the three models and name a known tokenizer; llm.pt, flow.pt and hift.pt must open as state
     dicts whose keys and shapes match the modules the yaml describes (built on the meta device, the
     checkpoints memory-mapped onto it, HiFT through its own weight-norm-tolerant loader); the ONNX files
     and the tokenizer's JSON must parse. Takes seconds and no model memory even for the full model, so
@@ -180,6 +188,7 @@ def validate_folder(model_dir: str | Path) -> Path:
 
     model_dir = check_folder(model_dir)
     config = read_folder_config(model_dir)
+    tokenizer_special_tokens(config)
     loaders = {"llm": None, "flow": None, "hift": partial(load_hift_state_dict, fuse=False)}
     for section, name in (("llm", LLM_FILE), ("flow", FLOW_FILE), ("hift", HIFT_FILE)):
         path = model_dir / name
@@ -190,7 +199,7 @@ def validate_folder(model_dir: str | Path) -> Path:
         if name.endswith(".json"):
             check_json(model_dir / BLANKEN_DIR / name)
     _check_onnx(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model")
-    _check_onnx(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer")
+    _check_onnx(model_dir / family_of(model_dir).speech_tokenizer_file, "the speech tokenizer")
     load_spk2info(model_dir / SPK2INFO_FILE)
     return model_dir
 

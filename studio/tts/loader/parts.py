@@ -16,7 +16,8 @@ from studio.model_layout import (
     FLOW_FILE,
     HIFT_FILE,
     LLM_FILE,
-    SPEECH_TOKENIZER_FILE,
+    ModelFamily,
+    family_of,
 )
 from studio.tts.config import ModelConfig
 from studio.tts.device.skip_init import no_random_init
@@ -28,21 +29,25 @@ from studio.tts.loader.folder import (
     open_part,
     read_mapped,
     read_state_dict,
+    tokenizer_special_tokens,
 )
 
 
 @dataclass
 class ModelParts:
-    """Everything a CosyVoice2 model folder provides, loaded and on its device."""
+    """Everything a model folder provides, loaded and on its device; ``family`` says which models these are
+    (CosyVoice2: Qwen2LM, CausalMaskedDiffWithXvec, HiFTGenerator; CosyVoice3: CosyVoice3LM,
+    CausalMaskedDiffWithDiT, CausalHiFTGenerator)."""
 
     model_dir: Path
     config: ModelConfig
-    llm: Any  # studio.tts.llm.model.Qwen2LM
-    flow: Any  # studio.tts.flow.flow.CausalMaskedDiffWithXvec
-    hift: Any  # studio.tts.hift.model.HiFTGenerator
+    llm: Any  # studio.tts.llm.model.Qwen2LM | studio.tts.cosyvoice3.llm.CosyVoice3LM
+    flow: Any  # studio.tts.flow.flow.CausalMaskedDiffWithXvec | studio.tts.cosyvoice3.flow.CausalMaskedDiffWithDiT
+    hift: Any  # studio.tts.hift.model.HiFTGenerator | studio.tts.cosyvoice3.hift.CausalHiFTGenerator
     frontend: Any  # studio.tts.frontend.prompt.Frontend (tokenizer, campplus, speech tokenizer)
     device: torch.device
     fp16: bool
+    family: ModelFamily
     spk2info: dict = field(default_factory=dict)
 
 
@@ -51,7 +56,8 @@ def default_device() -> torch.device:
 
 
 def llm_skeleton(model_dir: Path, config: ModelConfig) -> torch.nn.Module:
-    """Qwen2LM built on the meta device: its config and shapes, no memory and no weights."""
+    """The LM (Qwen2LM or CosyVoice3LM) built on the meta device: its config and shapes, no memory and no
+    weights."""
     with torch.device("meta"):
         return build_section(config, "llm", model_dir / LLM_FILE)
 
@@ -59,7 +65,7 @@ def llm_skeleton(model_dir: Path, config: ModelConfig) -> torch.nn.Module:
 def load_llm(
     model_dir: Path, config: ModelConfig, device: torch.device, backbone: bool = True
 ) -> torch.nn.Module:
-    """Build Qwen2LM on the meta device (no memory for random weights), then take llm.pt's tensors.
+    """Build the LM on the meta device (no memory for random weights), then take llm.pt's tensors.
 
     ``backbone=False`` (vLLM runs the transformer) leaves its layers out: only the embeddings and the
     speech head are read (from a memory map) and moved to the device."""
@@ -97,18 +103,32 @@ def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
     return hift.to(device).eval()
 
 
-def load_frontend(model_dir: Path, device: torch.device) -> Any:
-    """The tokenizer and the two ONNX prompt models (on the CPU: they run once per new voice)."""
+def load_frontend(model_dir: Path, device: torch.device, config: ModelConfig | None = None) -> Any:
+    """The tokenizer and the two ONNX prompt models (on the CPU: they run once per new voice).
+
+    The tokenizer's special tokens are those of the yaml's `get_tokenizer` version (as upstream picks them),
+    or, without ``config``, of the folder's family; the speech tokenizer is the family's file."""
     from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
     from studio.tts.frontend.prompt import Frontend
+    from studio.tts.frontend.special_tokens import special_tokens_for
     from studio.tts.frontend.text import TextFrontend
 
+    family = family_of(model_dir)
+    special_tokens = (
+        tokenizer_special_tokens(config)
+        if config is not None
+        else special_tokens_for(family.tokenizer_version)
+    )
     for name in ("vocab.json", "tokenizer_config.json"):  # the tokenizer's own errors do not name the file
         check_json(model_dir / BLANKEN_DIR / name)
     return Frontend(
-        open_part(model_dir / BLANKEN_DIR, "the Qwen2 tokenizer", TextFrontend),
+        open_part(
+            model_dir / BLANKEN_DIR,
+            "the Qwen2 tokenizer",
+            lambda path: TextFrontend(path, special_tokens=special_tokens),
+        ),
         open_part(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model", SpeakerEmbedder),
-        open_part(model_dir / SPEECH_TOKENIZER_FILE, "the speech tokenizer", SpeechTokenizer),
+        open_part(model_dir / family.speech_tokenizer_file, "the speech tokenizer", SpeechTokenizer),
         device,
     )
 
