@@ -2,10 +2,10 @@
 
 It is CosyVoice2's HiFT (`studio.tts.hift.model`) with causal convolutions: `conv_pre` looks
 `conv_pre_look_right` mel frames ahead, every other convolution looks only back, the F0 predictor's first
-convolution looks 3 frames ahead, and the sine source holds its randomness fixed per model (the initial
-harmonic phases and a table of additive noise indexed by sample position), so chunks of one take can later
-be vocoded on their own and join. Parameter names follow upstream's `hift.pt`; load it with
-`studio.tts.hift.model.load_hift_state_dict`.
+convolution looks 3 frames ahead (F0 is predicted in float64, as upstream), and the sine source holds its
+randomness fixed per model (a table of additive noise indexed by sample position) and its phase as a running
+sum that can be carried from chunk to chunk, so `studio.tts.cosyvoice3.hift_stream` can vocode a take chunk by
+chunk. Parameter names follow upstream's `hift.pt`; load it with `studio.tts.hift.model.load_hift_state_dict`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ DEFAULT_NOISE_SEED = 0
 class CausalConv1d(nn.Conv1d):
     """Stride-1 convolution whose output at t sees inputs up to t (`left`) or from t onwards (`right`).
 
-    The zero padding of (kernel_size - 1) * dilation goes on one side, so the output keeps the input's length.
+    The zero padding of (kernel_size - 1) * dilation goes on one side, so the output keeps the input's length;
+    `unpadded` skips it (the output is shorter by that padding).
     """
 
     def __init__(
@@ -51,6 +52,10 @@ class CausalConv1d(nn.Conv1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pad = (self.causal_padding, 0) if self.causal_type == "left" else (0, self.causal_padding)
         return super().forward(F.pad(x, pad))
+
+    def unpadded(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolution over real inputs only: [B, C, T] -> [B, C', T - causal_padding]."""
+        return super().forward(x)
 
 
 class CausalConv1dUpsample(nn.Conv1d):
@@ -111,18 +116,48 @@ class CausalConvRNNF0Predictor(ConvRNNF0Predictor):
         self.condnet = nn.Sequential(*layers)
         self.classifier = nn.Linear(cond_channels, num_class)
 
+    @property
+    def look_right(self) -> int:
+        """Mel frames after a frame that its F0 depends on."""
+        return self.condnet[0].causal_padding
+
+    @property
+    def look_back(self) -> int:
+        """Mel frames before a frame that its F0 depends on."""
+        return sum(
+            layer.causal_padding
+            for layer in self.condnet
+            if isinstance(layer, CausalConv1d) and layer.causal_type == "left"
+        )
+
+    def forward(self, x: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+        """mel [B, 80, T] -> F0 [B, T]; with `finalize` False the last `look_right` frames are only the first
+        convolution's look-right (in place of its zero padding) and F0 has T - look_right frames."""
+        if finalize:
+            return super().forward(x)
+        features = self.condnet[0].unpadded(x)
+        for layer in self.condnet[1:]:
+            features = layer(features)
+        return torch.abs(self.classifier(features.transpose(1, 2)).squeeze(-1))
+
 
 class CausalSineSource(nn.Module):
-    """F0 -> one excitation signal (upstream's causal `SourceModuleHnNSF` with `SineGen2`; keys `l_linear`).
+    """F0 per mel frame -> one excitation signal (upstream's causal `SourceModuleHnNSF` with `SineGen2`; keys
+    `l_linear`).
 
-    The phases integrate at mel-frame rate and are held per frame (nearest), not interpolated, so a sample
-    depends on no later frame. Randomness is fixed per model, as upstream: `initial_phase` [1, harmonics]
-    (zero for the fundamental) and `noise` [1, samples, harmonics] uniform in [0, 1), indexed by the sample's
-    position in the take. Both are buffers outside the state dict; `set_noise` replaces them.
+    Each harmonic's phase advances once per mel frame by that frame's F0 (in cycles per sample, mod 1); the
+    running sum is held over the frame's samples (upsample_scale times the phase, nearest), so a sample
+    depends on no later frame. The running sum is a take-long state: `cycles` continues it from `start`,
+    summing in float64 one frame after the other (as PyTorch's CPU cumsum of float32 accumulates), so a take
+    cut into chunks gets the same phases as the whole take. Upstream also adds random initial phases to the
+    take's first sample; its frame-rate integration reads each frame's step from the frame's middle samples,
+    so that sample never counts and there are none here.
 
-    Both come from one generator seeded `noise_seed`, the phases first. The noise table is drawn only as far
-    as the longest take so far needs (upstream holds 300 s, 259 MB, per model): the generator fills a table
-    in order, so a sample's noise is the same whatever the table's length.
+    The additive noise is fixed per model, as upstream: a table [1, samples, harmonics] uniform in [0, 1),
+    indexed by the sample's position in the take (a buffer outside the state dict; `set_noise` replaces it).
+    It is drawn from a generator seeded `noise_seed`, only as far as the longest take so far needs (upstream
+    holds 300 s, 259 MB, per model): the generator fills a table in order, so a sample's noise is the same
+    whatever the table's length.
     """
 
     def __init__(
@@ -137,6 +172,8 @@ class CausalSineSource(nn.Module):
         noise_seed: int,
     ):
         super().__init__()
+        if upsample_scale < 3:
+            raise ValueError(f"CausalSineSource: upsample_scale must be >= 3, not {upsample_scale}")
         self.sampling_rate = sampling_rate
         self.upsample_scale = upsample_scale
         self.sine_amp = sine_amp
@@ -146,73 +183,69 @@ class CausalSineSource(nn.Module):
         self.noise_samples = noise_samples
         self.noise_seed = noise_seed
         self._noise_given = False
-        initial_phase = torch.rand(1, harmonic_num + 1, generator=torch.Generator().manual_seed(noise_seed))
-        initial_phase[:, 0] = 0
-        self.register_buffer("initial_phase", initial_phase, persistent=False)
         self.register_buffer("noise", torch.zeros(1, 0, harmonic_num + 1), persistent=False)
+
+    @property
+    def harmonics(self) -> int:
+        return self.l_linear.in_features
 
     def _draw_noise(self, samples: int) -> None:
         """Make the noise table at least `samples` long (whole seconds, at most `noise_samples`)."""
-        harmonics = self.l_linear.in_features
         length = min(self.noise_samples, math.ceil(samples / self.sampling_rate) * self.sampling_rate)
         generator = torch.Generator().manual_seed(self.noise_seed)
-        torch.rand(1, harmonics, generator=generator)  # the initial phases come first
-        noise = torch.rand(1, length, harmonics, generator=generator)
-        self.noise = noise.to(self.initial_phase.device)
+        noise = torch.rand(1, length, self.harmonics, generator=generator)
+        self.noise = noise.to(self.noise.device)
 
-    def set_noise(self, initial_phase: torch.Tensor, noise: torch.Tensor) -> None:
-        """Use these fixed phases [1, harmonics] and noise table [1, samples, harmonics] from now on."""
-        harmonics = self.l_linear.in_features
-        if tuple(initial_phase.shape) != (1, harmonics):
-            raise ValueError(f"initial_phase must be [1, {harmonics}], not {list(initial_phase.shape)}")
-        if noise.dim() != 3 or noise.shape[0] != 1 or noise.shape[2] != harmonics:
-            raise ValueError(f"noise must be [1, samples, {harmonics}], not {list(noise.shape)}")
-        device = self.initial_phase.device
-        self.initial_phase = initial_phase.detach().to(device=device, dtype=torch.float32).clone()
-        self.noise = noise.detach().to(device=device, dtype=torch.float32).clone()
+    def set_noise(self, noise: torch.Tensor) -> None:
+        """Use this fixed noise table [1, samples, harmonics] from now on."""
+        if noise.dim() != 3 or noise.shape[0] != 1 or noise.shape[2] != self.harmonics:
+            raise ValueError(f"noise must be [1, samples, {self.harmonics}], not {list(noise.shape)}")
+        self.noise = noise.detach().to(device=self.noise.device, dtype=torch.float32).clone()
         self._noise_given = True
 
-    def forward(self, f0: torch.Tensor) -> torch.Tensor:
-        """f0 [B, N, 1] in Hz per sample -> excitation [B, N, 1] float32."""
-        samples = f0.shape[1]
-        if samples % self.upsample_scale:
-            raise ValueError(
-                f"CausalSineSource: {samples} samples are not whole mel frames of {self.upsample_scale}"
-            )
-        if samples > self.noise.shape[1]:
+    def _noise_at(self, first_sample: int, samples: int) -> torch.Tensor:
+        end = first_sample + samples
+        if end > self.noise.shape[1]:
             limit = self.noise.shape[1] if self._noise_given else self.noise_samples
-            if samples > limit:
+            if end > limit:
                 raise ValueError(
-                    f"CausalSineSource: {samples} samples exceed the fixed noise table's {limit} "
-                    f"({limit / self.sampling_rate:.1f} s); vocode in chunks or build the model with more "
-                    f"noise_seconds"
+                    f"CausalSineSource: the take reaches sample {end}, past the fixed noise table's {limit} "
+                    f"({limit / self.sampling_rate:.1f} s); build the model with more noise_seconds"
                 )
-            self._draw_noise(samples)
-        f0 = f0.float()
-        harmonics = torch.arange(1, self.l_linear.in_features + 1, device=f0.device, dtype=torch.float32)
-        rad_values = (f0 * harmonics / self.sampling_rate) % 1
-        rad_values[:, 0, :] = rad_values[:, 0, :] + self.initial_phase
-        rad_values = F.interpolate(
-            rad_values.transpose(1, 2), scale_factor=1 / self.upsample_scale, mode="linear"
-        ).transpose(1, 2)
-        phase = torch.cumsum(rad_values, dim=1) * 2 * math.pi
-        phase = F.interpolate(
-            phase.transpose(1, 2) * self.upsample_scale,
-            scale_factor=float(self.upsample_scale),
-            mode="nearest",
-        ).transpose(1, 2)
-        sine_waves = torch.sin(phase) * self.sine_amp
-        uv = (f0 > self.voiced_threshold).to(torch.float32)
+            self._draw_noise(end)
+        return self.noise[:, first_sample:end]
+
+    def cycles(self, f0: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
+        """f0 [B, T] Hz per mel frame -> each harmonic's running phase in cycles after each frame
+        [B, T, harmonics] float64, continuing from `start` [B, harmonics] (the take's start when None)."""
+        harmonics = torch.arange(1, self.harmonics + 1, device=f0.device, dtype=torch.float32)
+        steps = ((f0.float()[:, :, None] * harmonics / self.sampling_rate) % 1).double()
+        if start is None:
+            return torch.cumsum(steps, dim=1)
+        return torch.cumsum(torch.cat([start.double()[:, None], steps], dim=1), dim=1)[:, 1:]
+
+    def excitation(self, f0: torch.Tensor, cycles: torch.Tensor, first_frame: int) -> torch.Tensor:
+        """Frames first_frame.. of a take: f0 [B, T] and `cycles` [B, T, harmonics] -> [B, 1, T * scale]."""
+        scale = self.upsample_scale
+        phase = (cycles.float() * 2 * math.pi) * scale
+        sine_waves = torch.repeat_interleave(torch.sin(phase), scale, dim=1) * self.sine_amp
+        uv = torch.repeat_interleave((f0.float() > self.voiced_threshold).to(torch.float32), scale, dim=1)
+        uv = uv[:, :, None]
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
-        sine_waves = sine_waves * uv + noise_amp * self.noise[:, :samples]
-        return torch.tanh(self.l_linear(sine_waves))
+        noise = self._noise_at(first_frame * scale, sine_waves.shape[1])
+        sine_waves = sine_waves * uv + noise_amp * noise
+        return torch.tanh(self.l_linear(sine_waves)).transpose(1, 2)
+
+    def forward(self, f0: torch.Tensor) -> torch.Tensor:
+        """f0 [B, T] in Hz per mel frame of a whole take -> excitation [B, 1, T * upsample_scale] float32."""
+        return self.excitation(f0, self.cycles(f0), 0)
 
 
 class CausalHiFTGenerator(HiFTGenerator):
     """HiFTNet with causal convolutions (upstream `CausalHiFTGenerator`): mel [B, 80, T] -> waveform.
 
     Shares CosyVoice2's `decode` (the causality lives in the layers), STFT, weight-norm fusion and loader;
-    `inference` is the offline (finalize) call over a whole mel.
+    `inference` is upstream's call over a whole mel (`finalize`) or over a take's prefix (without).
     """
 
     def __init__(
@@ -301,12 +334,36 @@ class CausalHiFTGenerator(HiFTGenerator):
         )
         self.conv_post = weight_norm(CausalConv1d(base_channels // 2**self.num_upsamples, self.n_fft + 2, 7))
         self.reflection_pad = nn.ReflectionPad1d((1, 0))
-        self.f0_predictor = f0_predictor
+        self.f0_predictor = f0_predictor.double()
         self._windows: dict[torch.device, torch.Tensor] = {}
 
+    @property
+    def finalize_trim_frames(self) -> int:
+        """Mel frames at the end of a take's mel that a call without `finalize` vocodes none of: the F0
+        predictor's and conv_pre's look-right, and one frame the inverse STFT's overlap leaves incomplete."""
+        return self.f0_predictor.look_right + self.conv_pre_look_right + 1
+
+    def predict_f0(self, mel: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+        """mel [B, 80, T] -> F0 [B, T] float32 ([B, T - look_right] without `finalize`), predicted in float64
+        as upstream does: the sine source sums F0 over the whole take, so a rounding difference between a
+        chunk and the whole take would grow into a different phase."""
+        predictor = self.f0_predictor
+        if predictor.classifier.weight.dtype != torch.float64:  # cast since construction (.half(), .to())
+            with torch.inference_mode(False), torch.no_grad():
+                predictor.double()
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            return predictor(mel.double(), finalize).float()
+
     @torch.inference_mode()
-    def inference(self, speech_feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """mel [B, 80, T] -> (speech [B, 480*T] float32, source [B, 1, 480*T]), the whole take at once."""
+    def inference(
+        self, speech_feat: torch.Tensor, finalize: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """mel [B, 80, T] -> (speech [B, 480 * T] float32, source [B, 1, 480 * T]), as upstream's call.
+
+        Without `finalize` the mel is a take's prefix: its last frames serve as look-right (to the F0 predictor
+        and to conv_pre) in place of zero padding, and the speech stops where later frames could still change
+        it: speech [B, 480 * (T - finalize_trim_frames)], source [B, 1, 480 * (T - f0 look-right)].
+        """
         mel_bins = self.f0_predictor.condnet[0].in_channels
         if speech_feat.dim() != 3 or speech_feat.shape[1] != mel_bins:
             raise ValueError(
@@ -315,7 +372,19 @@ class CausalHiFTGenerator(HiFTGenerator):
             )
         if speech_feat.shape[2] == 0:
             raise ValueError("CausalHiFTGenerator.inference: the mel has no frames")
-        return self.vocode_eager(speech_feat)
+        if not finalize and speech_feat.shape[2] < self.finalize_trim_frames:
+            raise ValueError(
+                f"CausalHiFTGenerator.inference: without finalize the mel needs at least "
+                f"{self.finalize_trim_frames} frames, not {speech_feat.shape[2]}"
+            )
+        f0 = self.predict_f0(speech_feat, finalize)
+        source = self.m_source(f0)
+        speech = self.decode(speech_feat[:, :, : f0.shape[1]].to(self.conv_pre.bias.dtype), source).float()
+        if not finalize:
+            # causal past conv_pre: the samples kept never see conv_pre's zero padding on the right
+            kept = speech_feat.shape[2] - self.finalize_trim_frames
+            speech = speech[:, : kept * self.upsample_scale]
+        return speech, source
 
     def vocode_eager(
         self,
@@ -324,18 +393,17 @@ class CausalHiFTGenerator(HiFTGenerator):
         generator: torch.Generator | None = None,
         noise: object | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The offline vocoding of `inference`, unchecked. A causal source joins chunks by its fixed noise and
-        carried phase, not by a cached source or per-request draws: those arguments are refused."""
+        """`inference` of a whole take. A causal source joins chunks by its fixed noise and carried phase, not
+        by a cached source or per-request draws: those arguments are refused."""
         if cache_source is not None or generator is not None or noise is not None:
             raise ValueError(
                 "CausalHiFTGenerator: cache_source, generator and noise do not apply (its noise is fixed)"
             )
-        speech_feat = speech_feat.to(self.conv_pre.bias.dtype)
-        f0 = self.f0_predictor(speech_feat)
-        f0 = F.interpolate(f0[:, None].float(), scale_factor=float(self.upsample_scale), mode="nearest")
-        source = self.m_source(f0.transpose(1, 2)).transpose(1, 2)
-        return self.decode(speech_feat, source).float(), source
+        return self.inference(speech_feat, finalize=True)
 
     def inference_rows(self, *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Not available: batched chunk vocoding belongs to the streaming vocoder, which is not built yet."""
-        raise NotImplementedError("CausalHiFTGenerator has no batched chunk vocoding (inference_rows) yet")
+        """Not available: CosyVoice3 streams each take through its own `CausalHiftStream`."""
+        raise NotImplementedError(
+            "CausalHiFTGenerator has no batched chunk vocoding (inference_rows); stream a take with "
+            "studio.tts.cosyvoice3.hift_stream.CausalHiftStream"
+        )
