@@ -3,6 +3,10 @@
 Both are built from one config; the reference's state dict loads strictly into ours (the `flow.pt` key
 layout matches), then the DiT estimator's velocity for one step and the whole offline flow mel are
 compared on identical inputs and identical starting noise, in fp32.
+
+The reference builds no streaming chunk mask (docs/COSYVOICE3.md), so our streamed flow is compared where
+the mask changes nothing: a sequence within one chunk, and the first chunk of a longer one (its frames
+see only that chunk, which the reference's offline flow over that chunk alone also does).
 """
 
 from __future__ import annotations
@@ -140,9 +144,19 @@ def _flow_inputs(tokens: int, prompt_tokens: int, seed: int) -> dict:
     }
 
 
-def _flow_mels(reference, ours, inputs: dict, *, finalize: bool, n_timesteps: int, noise_seed: int):
+def _flow_mels(
+    reference,
+    ours,
+    inputs: dict,
+    *,
+    finalize: bool,
+    n_timesteps: int,
+    noise_seed: int,
+    streaming: bool = False,
+):
     """Both flows' mels from the same starting noise: the reference draws it from the seeded global
-    generator; ours reads it from its noise buffer, which gets the same draw."""
+    generator; ours reads it from its noise buffer, which gets the same draw. `streaming` is ours'
+    (the reference's flow is the same either way)."""
     frames = (inputs["token"].shape[1] + inputs["prompt_token"].shape[1]) * TOKEN_MEL_RATIO
     if not finalize:
         frames -= PRE_LOOKAHEAD * TOKEN_MEL_RATIO
@@ -151,7 +165,7 @@ def _flow_mels(reference, ours, inputs: dict, *, finalize: bool, n_timesteps: in
     ours.decoder.rand_noise[:, :, :frames] = noise
     torch.manual_seed(noise_seed)
     theirs, _ = reference.inference(**inputs, streaming=False, finalize=finalize, n_timesteps=n_timesteps)
-    mine, _ = ours.inference(**inputs, streaming=False, finalize=finalize, n_timesteps=n_timesteps)
+    mine, _ = ours.inference(**inputs, streaming=streaming, finalize=finalize, n_timesteps=n_timesteps)
     return mine, theirs
 
 
@@ -185,13 +199,44 @@ def test_full_size_dit_flow_matches_the_reference(cosyvoice3_reference):
     assert _max_error(mine, theirs) <= TOLERANCE
 
 
-def test_flow_refuses_streaming_and_a_prompt_mel_of_the_wrong_length():
+@pytest.mark.parametrize("finalize", [True, False], ids=["final", "with-lookahead"])
+def test_streamed_flow_within_one_chunk_matches_the_reference(cosyvoice3_reference, finalize):
+    reference, ours = _flow_pair(SMALL_DIT, lookahead_channels=64)
+    inputs = _flow_inputs(tokens=17, prompt_tokens=6, seed=7)  # 46 frames: under one 50-frame chunk
+    mine, theirs = _flow_mels(
+        reference, ours, inputs, finalize=finalize, n_timesteps=10, noise_seed=8, streaming=True
+    )
+    assert _max_error(mine, theirs) <= TOLERANCE
+
+
+def test_streamed_flow_first_chunk_matches_the_reference_over_that_chunk(cosyvoice3_reference):
+    """A streamed take of 92 frames: its first 50 (the prompt's 12 and 38 more) equal the reference's
+    offline flow over the tokens of those frames alone, with their 3 lookahead tokens as context."""
+    reference, ours = _flow_pair(SMALL_DIT, lookahead_channels=64)
+    prompt_tokens, chunk_tokens = 6, 25
+    inputs = _flow_inputs(tokens=40, prompt_tokens=prompt_tokens, seed=9)
+    first_chunk = dict(inputs)
+    first_chunk["token"] = inputs["token"][:, : chunk_tokens - prompt_tokens + PRE_LOOKAHEAD]
+    first_chunk["token_len"] = torch.tensor([first_chunk["token"].shape[1]])
+    theirs_chunk, ours_chunk = _flow_mels(
+        reference, ours, first_chunk, finalize=False, n_timesteps=10, noise_seed=10
+    )
+    assert theirs_chunk.shape == (1, 80, 2 * (chunk_tokens - prompt_tokens))
+    # the whole take's noise begins with the chunk's (set above); the frames after it are drawn anew
+    ours.decoder.rand_noise[:, :, 50:92] = torch.randn(1, 80, 42, generator=torch.Generator().manual_seed(11))
+    with torch.inference_mode():
+        streamed, _ = ours.inference(**inputs, streaming=True, finalize=True)
+        offline, _ = ours.inference(**inputs, streaming=False, finalize=True)
+    frames = theirs_chunk.shape[2]
+    assert _max_error(streamed[:, :, :frames], theirs_chunk) <= TOLERANCE
+    assert _max_error(offline[:, :, :frames], theirs_chunk) > 1e-2  # offline, later frames are seen
+
+
+def test_flow_refuses_a_prompt_mel_of_the_wrong_length():
     from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT
 
     flow = _our_flow(SMALL_DIT, lookahead_channels=64)
     inputs = _flow_inputs(tokens=5, prompt_tokens=3, seed=6)
-    with pytest.raises(NotImplementedError, match="offline only"):
-        flow.inference(**inputs, streaming=True, finalize=True)
     inputs["prompt_feat"] = inputs["prompt_feat"][:, :-1]
     with pytest.raises(ValueError, match="3 prompt tokens need 6"):
         flow.inference(**inputs, finalize=True)

@@ -5,9 +5,17 @@ embedding) at inference: sinusoidal time embedding, input projection of (x, cond
 self-attention in AdaLN-zero blocks, final AdaLN and projection to 80 mels. Submodule names follow
 upstream so `flow.pt`'s `decoder.estimator.*` keys load strictly. Dropout is left out (inference only);
 where upstream keeps a dropout inside a `Sequential`, an `Identity` holds its index so keys still match.
+
+Streaming (`forward(..., streaming=True)`) masks attention in static chunks of `static_chunk_size` frames
+counted from frame 0 (`chunked_attention_mask`); with the causal position embedding, a frame then depends
+on no frame after the end of its own chunk. The pieces are exposed (`CausalConvPositionEmbedding.continued`,
+`DiTAttention.project` / `attend`, `DiTBlock.run`, the norms' `modulation`) so the incremental flow stream
+(cosyvoice3/flow_stream.py) can compute new frames against cached keys and values.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +29,40 @@ ROTARY_BASE = 10000.0
 POSITION_KERNEL = 31
 POSITION_GROUPS = 16
 NORM_EPS = 1e-6
+#: upstream's DiT builds its streaming mask with every left chunk visible, whatever the yaml's
+#: `num_decoding_left_chunks` says (the value is kept on the module but unused, as upstream's is)
+STREAMING_LEFT_CHUNKS = -1
+
+
+def static_chunk_mask(
+    frames: int, chunk_size: int, left_chunks: int = -1, device: torch.device | None = None
+) -> torch.Tensor:
+    """Bool [frames, frames], True where query frame i may attend to key frame j (upstream's
+    `subsequent_chunk_mask`): j lies in i's chunk or in one of the `left_chunks` chunks before it (every
+    chunk before it when `left_chunks` < 0). Chunks are `chunk_size` frames counted from frame 0."""
+    if chunk_size < 1:
+        raise ValueError(f"a chunk mask needs a chunk size of at least 1 frame, got {chunk_size}")
+    positions = torch.arange(frames, device=device)
+    chunk = torch.div(positions, chunk_size, rounding_mode="floor")
+    end = (chunk + 1) * chunk_size
+    visible = positions.unsqueeze(0) < end.unsqueeze(1)
+    if left_chunks >= 0:
+        start = (chunk - left_chunks).clamp(min=0) * chunk_size
+        visible &= positions.unsqueeze(0) >= start.unsqueeze(1)
+    return visible
+
+
+def chunked_attention_mask(valid: torch.Tensor, chunk_size: int, left_chunks: int = -1) -> torch.Tensor:
+    """valid [B, T] bool (True = a real frame) -> attention mask [B, T, T] (upstream's
+    `add_optional_chunk_mask` with a static chunk): key j visible to query i when j is valid and in i's
+    window (`static_chunk_mask`); a query row that would see nothing is opened fully, as upstream does.
+    A chunk size below 1 gives the offline mask (every valid key), repeated per query."""
+    frames = valid.size(1)
+    if chunk_size > 0:
+        mask = valid.unsqueeze(1) & static_chunk_mask(frames, chunk_size, left_chunks, valid.device)
+    else:
+        mask = valid.unsqueeze(1).expand(-1, frames, -1)
+    return mask | ~mask.any(dim=-1, keepdim=True)
 
 
 class TimestepEmbedding(nn.Module):
@@ -62,6 +104,17 @@ class CausalConvPositionEmbedding(nn.Module):
         x = self.conv2(F.pad(x, (self.kernel_size - 1, 0)))
         return x.transpose(1, 2)
 
+    def continued(
+        self, x: torch.Tensor, left: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Frames that follow earlier ones: x [B, T, dim]; `left` holds each convolution's input over the
+        `kernel_size - 1` frames before x ([B, dim, K-1] each; zeros before frame 0). Returns the embedding
+        [B, T, dim] and each convolution's input over those left frames and x ([B, dim, K-1+T] each): the
+        next call's `left` is a window of them."""
+        conv1_input = torch.cat([left[0], x.transpose(1, 2)], dim=2)
+        conv2_input = torch.cat([left[1], self.conv1(conv1_input)], dim=2)
+        return self.conv2(conv2_input).transpose(1, 2), (conv1_input, conv2_input)
+
 
 class InputEmbedding(nn.Module):
     """Concatenate noisy mel x, prompt mel cond, token features mu and the speaker vector; project; add positions."""
@@ -88,9 +141,9 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
         self.register_buffer("inv_freq", inv_freq)  # persistent: upstream's flow.pt holds it
 
-    def forward(self, frames: int) -> torch.Tensor:
-        """-> angles [T, dim]: (f0, f0, f1, f1, ...) times the position."""
-        positions = torch.arange(frames, device=self.inv_freq.device, dtype=self.inv_freq.dtype)
+    def forward(self, frames: int, start: int = 0) -> torch.Tensor:
+        """-> angles [frames - start, dim] for positions start..frames-1: (f0, f0, f1, f1, ...) times it."""
+        positions = torch.arange(start, frames, device=self.inv_freq.device, dtype=self.inv_freq.dtype)
         angles = positions.unsqueeze(1) * self.inv_freq.unsqueeze(0)
         return angles.repeat_interleave(2, dim=-1)
 
@@ -123,18 +176,41 @@ class DiTAttention(nn.Module):
         self.to_out = nn.Sequential(nn.Linear(inner, dim))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-        """x [B, T, dim]; mask [B, T] bool (True = valid frame); angles [T, dim_head] -> [B, T, dim]."""
+        """x [B, T, dim]; angles [T, dim_head]; mask [B, T] bool (True = valid frame: invalid keys are
+        ignored, invalid frames give zeros), or [B, T, T] (query x key, `chunked_attention_mask`: upstream
+        then zeroes the output of every frame its last query row cannot see, its `mask[:, 0, -1]`; with
+        every left chunk visible those are the invalid frames) -> [B, T, dim]."""
+        query, key, value = self.project(x, angles)
+        if mask.dim() == 2:
+            return self.attend(query, key, value, mask[:, None, None, :], keep=mask)
+        return self.attend(query, key, value, mask[:, None], keep=mask[:, -1])
+
+    def project(self, x: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [B, T, dim] -> rotated query, rotated key, value, each [B, heads, T, dim_head]."""
         batch, frames, _ = x.shape
         query = apply_rotary(self.to_q(x), angles)
         key = apply_rotary(self.to_k(x), angles)
         value = self.to_v(x)
-        query, key, value = (
+        return tuple(
             tensor.view(batch, frames, self.heads, self.dim_head).transpose(1, 2)
             for tensor in (query, key, value)
         )
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask[:, None, None, :])
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Queries [B, H, Tq, d] over keys and values [B, H, Tk, d] -> [B, Tq, dim]. attn_mask: bool,
+        broadcastable to [B, H, Tq, Tk] (None: all visible); keep [B, Tq] bool: frames whose output is
+        kept (the rest give zeros; None: all kept)."""
+        batch, _, frames, _ = query.shape
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask)
         out = self.to_out(out.transpose(1, 2).reshape(batch, frames, self.heads * self.dim_head))
-        return out.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return out if keep is None else out.masked_fill(~keep.unsqueeze(-1), 0.0)
 
 
 class AdaLayerNormZero(nn.Module):
@@ -145,8 +221,12 @@ class AdaLayerNormZero(nn.Module):
         self.linear = nn.Linear(dim, 6 * dim)
         self.norm = nn.LayerNorm(dim, elementwise_affine=False, eps=NORM_EPS)
 
+    def modulation(self, time: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """time [B, dim] -> (shift, scale, gate, shift_ff, scale_ff, gate_ff), each [B, dim]."""
+        return self.linear(F.silu(time)).chunk(6, dim=1)
+
     def forward(self, x: torch.Tensor, time: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        shift, scale, gate, shift_ff, scale_ff, gate_ff = self.linear(F.silu(time)).chunk(6, dim=1)
+        shift, scale, gate, shift_ff, scale_ff, gate_ff = self.modulation(time)
         return self.norm(x) * (1 + scale[:, None]) + shift[:, None], gate, shift_ff, scale_ff, gate_ff
 
 
@@ -158,9 +238,16 @@ class AdaLayerNormZeroFinal(nn.Module):
         self.linear = nn.Linear(dim, 2 * dim)
         self.norm = nn.LayerNorm(dim, elementwise_affine=False, eps=NORM_EPS)
 
-    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        scale, shift = self.linear(F.silu(time)).chunk(2, dim=1)
+    def modulation(self, time: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """time [B, dim] -> (scale, shift), each [B, dim]."""
+        return self.linear(F.silu(time)).chunk(2, dim=1)
+
+    def modulate(self, x: torch.Tensor, modulation: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        scale, shift = modulation
         return self.norm(x) * (1 + scale[:, None]) + shift[:, None]
+
+    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        return self.modulate(x, self.modulation(time))
 
 
 class FeedForward(nn.Module):
@@ -192,8 +279,19 @@ class DiTBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, time: torch.Tensor, mask: torch.Tensor, angles: torch.Tensor
     ) -> torch.Tensor:
-        normed, gate, shift_ff, scale_ff, gate_ff = self.attn_norm(x, time)
-        x = x + gate.unsqueeze(1) * self.attn(normed, mask, angles)
+        return self.run(x, self.attn_norm.modulation(time), lambda normed: self.attn(normed, mask, angles))
+
+    def run(
+        self,
+        x: torch.Tensor,
+        modulation: tuple[torch.Tensor, ...],
+        attention: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """x [B, T, dim], the `attn_norm.modulation` of the time, and `attention` (normed x -> the
+        attention output [B, T, dim]) -> the block's output [B, T, dim]."""
+        shift, scale, gate, shift_ff, scale_ff, gate_ff = modulation
+        normed = self.attn_norm.norm(x) * (1 + scale[:, None]) + shift[:, None]
+        x = x + gate.unsqueeze(1) * attention(normed)
         normed = self.ff_norm(x) * (1 + scale_ff[:, None]) + shift_ff[:, None]
         return x + gate_ff.unsqueeze(1) * self.ff(normed)
 
@@ -246,12 +344,9 @@ class DiT(nn.Module):
     ) -> torch.Tensor:
         """x, mu, cond [B, 80, T]; mask [B, 1, T]; t [B] (or a scalar); spks [B, 80] -> velocity [B, 80, T].
 
-        Offline only: every frame attends to every valid frame (`streaming` chunk masks are not built yet).
+        Offline every frame attends to every valid frame; `streaming` attends within static chunks of
+        `static_chunk_size` frames and every chunk to their left (`chunked_attention_mask`), as upstream.
         """
-        if streaming:
-            raise NotImplementedError(
-                "the CosyVoice3 DiT runs offline only: chunked (streaming) attention is not built"
-            )
         batch, _, frames = x.shape
         if t.ndim == 0:
             t = t.repeat(batch)
@@ -259,6 +354,8 @@ class DiT(nn.Module):
         h = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
         angles = self.rotary_embed(frames).to(h.dtype)
         valid = mask[:, 0].bool()
+        if streaming:
+            valid = chunked_attention_mask(valid, self.static_chunk_size, STREAMING_LEFT_CHUNKS)
         for block in self.transformer_blocks:
             h = block(h, time, valid, angles)
         return self.proj_out(self.norm_out(h, time)).transpose(1, 2)

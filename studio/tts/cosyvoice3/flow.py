@@ -3,7 +3,12 @@
 CosyVoice3's flow replaces CosyVoice2's conformer encoder with a `PreLookaheadLayer` (two causal
 convolutions that see `pre_lookahead_len` tokens ahead) and its U-Net with a DiT (cosyvoice3/dit.py).
 The sampler is CosyVoice2's Euler CFM (cosine schedule, classifier-free guidance), starting from the
-same fixed noise. Submodule names follow upstream so `flow.pt` loads strictly. Offline only for now.
+same fixed noise. Submodule names follow upstream so `flow.pt` loads strictly.
+
+`inference(streaming=True)` is upstream's streamed call: the DiT attends in 50-frame chunks
+(cosyvoice3/dit.py), so a take re-running it over its growing token prefix gets, for each frame, the value
+of the first call whose frames complete that frame's chunk. `DiTFlowStream` (cosyvoice3/flow_stream.py)
+computes the same frames without the re-run.
 """
 
 from __future__ import annotations
@@ -46,6 +51,29 @@ class PreLookaheadLayer(nn.Module):
         x = F.leaky_relu(self.conv1(x))
         x = self.conv2(F.pad(x, (self.conv2.kernel_size[0] - 1, 0)))
         return x.transpose(1, 2) + inputs
+
+    @property
+    def left_context(self) -> int:
+        """Tokens before a token that its features depend on (the causal second convolution's)."""
+        return self.conv2.kernel_size[0] - 1
+
+    def span(self, window: torch.Tensor, left: int, end_padding: int) -> torch.Tensor:
+        """Features of some tokens of a longer sequence, equal to `forward` over the whole of it.
+
+        window [B, W, C]: the embedded tokens from `left` tokens before the first wanted one (`left` is
+        `left_context`, or fewer at the start of the sequence) through the wanted ones and the
+        `pre_lookahead_len` after them, less the `end_padding` of those that lie past the sequence's end
+        (zeros, as `forward` without context). -> [B, W - left - pre_lookahead_len + end_padding, C].
+        """
+        if not 0 <= left <= self.left_context or not 0 <= end_padding <= self.pre_lookahead_len:
+            raise ValueError(
+                f"PreLookaheadLayer.span: left {left} must be in 0..{self.left_context} and end_padding "
+                f"{end_padding} in 0..{self.pre_lookahead_len}"
+            )
+        x = F.pad(window.transpose(1, 2), (0, end_padding))
+        x = F.leaky_relu(self.conv1(x))
+        x = self.conv2(F.pad(x, (self.left_context - left, 0)))
+        return x.transpose(1, 2) + window[:, left : left + x.size(2)]
 
 
 class CausalMaskedDiffWithDiT(nn.Module):
@@ -103,11 +131,8 @@ class CausalMaskedDiffWithDiT(nn.Module):
         """Mel [1, 80, T] (float32) for `token` [1, N], conditioned on the prompt's tokens and mel [1, T', 80].
 
         When not `finalize`, the last `pre_lookahead_len` tokens serve only as lookahead and yield no frames.
+        `streaming` attends in the DiT's static chunks, counted from the prompt's first frame.
         """
-        if streaming:
-            raise NotImplementedError(
-                "the CosyVoice3 flow runs offline only: streaming (chunked) flow is not built"
-            )
         if token.shape[0] != 1:
             raise ValueError(f"flow inference takes one utterance at a time, got batch {token.shape[0]}")
         if prompt_feat.shape[1] != prompt_token.shape[1] * self.token_mel_ratio:
@@ -127,5 +152,7 @@ class CausalMaskedDiffWithDiT(nn.Module):
             lookahead = self.pre_lookahead_len
             h = self.pre_lookahead_layer(token[:, :-lookahead], context=token[:, -lookahead:])
         h = h.repeat_interleave(self.token_mel_ratio, dim=1)
-        mel = decode_after_prompt(self.decoder, h, prompt_feat, embedding, max(1, int(n_timesteps)), False)
+        mel = decode_after_prompt(
+            self.decoder, h, prompt_feat, embedding, max(1, int(n_timesteps)), streaming
+        )
         return mel, None

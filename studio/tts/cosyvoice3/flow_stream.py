@@ -1,0 +1,344 @@
+"""CosyVoice3's streamed flow, incrementally: each call computes only the frames that are new or unsettled.
+
+Upstream streams a take by re-running `CausalMaskedDiffWithDiT.inference(streaming=True)` over the prompt
+and every token so far at each hop and keeping the frames after the last hop's: its cost per hop grows
+with the take. In streaming mode the flow is chunk-causal, which makes most of that work a repeat:
+
+- the DiT's attention sees a frame's own 50-frame chunk and every chunk before it (chunks counted from
+  the prompt's first frame), its position embedding is two causal convolutions, and the rest is per frame;
+- the starting noise is indexed by frame, and both CFG rows start from the same x;
+- a token's features (`PreLookaheadLayer`) depend on the two tokens before it and the three after it;
+  when not finalizing, every token that yields frames has its three lookahead tokens, so its features are
+  final.
+
+So once a call has every frame of a chunk, that chunk's keys and values at every Euler step, block and
+CFG row never change again. `DiTFlowStream` keeps them (and each step's position-convolution inputs
+just before the kept frames) and computes, per call, only the frames from the first chunk it has not kept:
+a chunk the last call ended inside is recomputed, since its early frames now attend to later ones, as in
+upstream's re-run. Results equal the re-run's frames up to float rounding, for any sequence of calls.
+
+Cost per call: the new frames (plus at most one chunk recomputed) through every block, Euler step and CFG
+row; only attention also reads the kept keys and values (a term linear in the take's length, small
+beside the projections and feed-forward until the take is long: at the official width a frame's
+projections and feed-forward cost as much as its attention over about 4,000 frames, 80 s).
+
+State per take (`state_bytes`): keys and values of every kept frame, for 10 steps x 22 blocks x 2 CFG
+rows x 2 (keys, values) x 1024 channels = 901,120 numbers per frame, 45.1 M per second of audio (50
+frames): 90 MB/s in fp16, 180 MB/s in fp32 (5.4 GB per minute of fp16 audio). Held in buffers grown
+by half their size when full, so up to 1.5 x that. Fixed per take: the position convolutions' left
+frames (10 x 2 x 2 x 1024 x 30 = 1.2 M numbers) and the time modulations of every block and step
+(10 x (22 x 6 + 2) x 1024 = 1.4 M numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from studio.tts.cosyvoice3.dit import DiT, DiTBlock, static_chunk_mask
+from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT
+from studio.tts.flow.cfm import NOISE_FRAMES
+
+CFG_ROWS = 2  # the conditional row, then the unconditional one (no tokens, prompt or speaker)
+#: a full key/value buffer grows to this many times its size (whole chunks), so growth copies are rare
+BUFFER_GROWTH = 1.5
+
+
+@dataclass
+class DiTStreamState:
+    """One take's streamed-flow state (all on the flow's device, in its dtype)."""
+
+    #: [steps, blocks, CFG rows, heads, capacity, dim_head]: rotated keys, and values, of frames
+    #: 0..`kept` (final) and of the frames after them that the last call computed (recomputed next call)
+    keys: torch.Tensor
+    values: torch.Tensor
+    #: [steps, 2, CFG rows, dim, kernel - 1]: the inputs of the position embedding's two convolutions
+    #: over the frames just before `kept` (zeros before frame 0)
+    position_left: torch.Tensor
+    #: [steps, blocks, 6, 1, dim]: each block's AdaLN modulation of each step's time
+    block_modulation: torch.Tensor
+    #: [steps, 2, 1, dim]: the output norm's modulation of each step's time
+    final_modulation: torch.Tensor
+    #: [steps]: each Euler step's time increment, as the CFM computes it
+    step_sizes: torch.Tensor
+    #: [CFG rows, 1, 80]: the projected speaker vector, zeros for the unconditional row
+    speaker: torch.Tensor
+    kept: int = 0  # frames whose chunks are complete: their keys and values are final
+    returned: int = 0  # frames (prompt included) up to which mel has been returned
+    tokens: int = 0  # speech tokens of the take seen so far
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (
+            self.keys,
+            self.values,
+            self.position_left,
+            self.block_modulation,
+            self.final_modulation,
+            self.step_sizes,
+            self.speaker,
+        )
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
+class DiTFlowStream:
+    """One take's streamed flow: `mel(tokens, finalize)` returns the frames new since the last call, equal
+    to upstream's re-run `flow.inference(tokens, ..., streaming=True, finalize=finalize)` from there on."""
+
+    def __init__(
+        self,
+        flow: CausalMaskedDiffWithDiT,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        n_timesteps: int = 10,
+    ):
+        """flow: a CausalMaskedDiffWithDiT; prompt_token [1, P] int; prompt_feat [1, 2P, 80];
+        embedding [1, 192] (the speaker vector)."""
+        estimator = getattr(getattr(flow, "decoder", None), "estimator", None)
+        if not isinstance(estimator, DiT):
+            raise ValueError("DiTFlowStream needs a CosyVoice3 flow (a DiT estimator)")
+        if estimator.static_chunk_size < 1:
+            raise ValueError("DiTFlowStream needs a DiT with static chunks (static_chunk_size >= 1)")
+        if prompt_token.dim() != 2 or prompt_token.shape[0] != 1:
+            raise ValueError(f"prompt_token must be [1, P], got {tuple(prompt_token.shape)}")
+        if prompt_feat.shape[:2] != (1, prompt_token.shape[1] * flow.token_mel_ratio):
+            raise ValueError(
+                f"the prompt mel has shape {tuple(prompt_feat.shape)}; {prompt_token.shape[1]} prompt "
+                f"tokens need [1, {prompt_token.shape[1] * flow.token_mel_ratio}, 80]"
+            )
+        self.flow = flow
+        self.estimator = estimator
+        self.n_timesteps = max(1, int(n_timesteps))
+        self.dtype = estimator.proj_out.weight.dtype
+        self.device = estimator.proj_out.weight.device
+        self.prompt_token = prompt_token.to(self.device)
+        self.prompt_feat = prompt_feat.to(self.device, self.dtype)
+        self.prompt_tokens = prompt_token.shape[1]
+        self.chunk = estimator.static_chunk_size
+        self._finished = False
+        self._state: DiTStreamState | None = self._initial_state(embedding)
+
+    # -- public -------------------------------------------------------------------------------------------
+    @property
+    def state_bytes(self) -> int:
+        """Bytes this take's state holds now (0 once closed or finalized)."""
+        return 0 if self._state is None else self._state.nbytes
+
+    def close(self) -> None:
+        """Free the cached state; the stream takes no more calls."""
+        self._state = None
+        self._finished = True
+
+    @torch.inference_mode()
+    def mel(self, tokens: torch.Tensor, finalize: bool) -> torch.Tensor:
+        """tokens [1, N]: every speech token of the take so far (prompt excluded), N never shrinking.
+
+        -> the mel frames new since the last call [1, 80, F] float32. When not `finalize`, the last
+        `pre_lookahead_len` tokens are lookahead only (2 (N - 3) frames in all so far); `finalize` returns
+        the rest, then frees the state.
+        """
+        state = self._state
+        if state is None:
+            raise RuntimeError("this flow stream is closed (finalized or closed): start a new one")
+        if tokens.dim() != 2 or tokens.shape[0] != 1:
+            raise ValueError(f"tokens must be [1, N], got {tuple(tokens.shape)}")
+        count, lookahead = tokens.shape[1], self.flow.pre_lookahead_len
+        if count < state.tokens:
+            raise ValueError(f"a take's tokens only grow: got {count} after {state.tokens}")
+        if not finalize and count < lookahead:
+            raise ValueError(f"a call that does not finalize needs at least {lookahead} tokens, got {count}")
+        total = self.prompt_tokens + count
+        voiced = total if finalize else total - lookahead  # tokens that yield frames
+        frames = voiced * self.flow.token_mel_ratio
+        if frames > NOISE_FRAMES:
+            raise ValueError(
+                f"a flow stream of {frames} mel frames is longer than the supported "
+                f"{NOISE_FRAMES} ({NOISE_FRAMES // 50} s)"
+            )
+        state.tokens = count
+        new = torch.zeros(1, 80, 0, device=self.device)
+        if frames > state.returned:
+            start = state.kept
+            solved = self._solve(state, tokens.to(self.device), start, voiced, total, finalize)
+            new = solved[:, :, state.returned - start :].float()
+            state.returned = frames
+        if finalize:
+            self.close()
+        return new
+
+    # -- the solve -----------------------------------------------------------------------------------------
+    def _initial_state(self, embedding: torch.Tensor) -> DiTStreamState:
+        dit, rows, steps = self.estimator, CFG_ROWS, self.n_timesteps
+        blocks = dit.transformer_blocks
+        attention = blocks[0].attn if len(blocks) else None
+        heads, dim_head = (attention.heads, attention.dim_head) if attention else (0, 0)
+        width = dit.proj_out.in_features
+        cache = torch.empty(
+            steps, len(blocks), rows, heads, 0, dim_head, device=self.device, dtype=self.dtype
+        )
+        kernel = dit.input_embed.conv_pos_embed.kernel_size
+        like = torch.empty(0, device=self.device, dtype=self.dtype)
+        times, step_sizes = self._schedule(like)
+        time = dit.time_embed(torch.stack(times))  # [steps, dim]: the same for both CFG rows
+        block_modulation = torch.stack(
+            [torch.stack(block.attn_norm.modulation(time), dim=1) for block in blocks], dim=1
+        ).unsqueeze(3)
+        final_modulation = torch.stack(dit.norm_out.modulation(time), dim=1).unsqueeze(2)
+        affine = self.flow.spk_embed_affine_layer
+        speaker = affine(F.normalize(embedding.float().to(self.device), dim=1).to(affine.weight.dtype))
+        return DiTStreamState(
+            keys=cache,
+            values=cache.clone(),
+            position_left=torch.zeros(
+                steps, 2, rows, width, kernel - 1, device=self.device, dtype=self.dtype
+            ),
+            block_modulation=block_modulation,
+            final_modulation=final_modulation,
+            step_sizes=torch.stack(step_sizes),
+            speaker=torch.cat([speaker, torch.zeros_like(speaker)]).unsqueeze(1).to(self.dtype),
+            returned=self.prompt_tokens * self.flow.token_mel_ratio,
+        )
+
+    def _schedule(self, like: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each Euler step's time and increment, by the CFM's own arithmetic (`solve_euler`)."""
+        t_span = self.flow.decoder.time_span(self.n_timesteps, like)
+        t, dt = t_span[0], t_span[1] - t_span[0]
+        times, step_sizes = [], []
+        for step in range(1, self.n_timesteps + 1):
+            times.append(t)
+            step_sizes.append(dt)
+            t = t + dt
+            if step < self.n_timesteps:
+                dt = t_span[step + 1] - t
+        return times, step_sizes
+
+    def _solve(
+        self, state: DiTStreamState, tokens: torch.Tensor, start: int, voiced: int, total: int, finalize: bool
+    ) -> torch.Tensor:
+        """Frames start..2*voiced [1, 80, F] in the flow's dtype; keeps the chunks they complete."""
+        frames = voiced * self.flow.token_mel_ratio
+        kept = start if finalize else max(start, frames // self.chunk * self.chunk)
+        self._reserve(state, frames)
+        count = frames - start
+        mu = self._token_features(tokens, start, voiced, total, finalize)
+        cond = torch.zeros(1, count, 80, device=self.device, dtype=self.dtype)
+        prompt_end = self.prompt_feat.shape[1]
+        if start < prompt_end:
+            cond[:, : min(frames, prompt_end) - start] = self.prompt_feat[:, start : min(frames, prompt_end)]
+        conditions = torch.cat(
+            [
+                torch.cat([cond, torch.zeros_like(cond)]),
+                torch.cat([mu, torch.zeros_like(mu)]),
+                state.speaker.expand(-1, count, -1),
+            ],
+            dim=2,
+        )
+        noise = self.flow.decoder.rand_noise[:, :, start:frames]
+        x = noise.to(self.device, self.dtype).transpose(1, 2)  # [1, F, 80]
+        angles = self.estimator.rotary_embed(frames, start).to(self.dtype)
+        mask = self._attention_mask(start, frames)
+        rate = self.flow.decoder.inference_cfg_rate
+        for step in range(self.n_timesteps):
+            velocity = self._velocity(state, step, x, conditions, angles, mask, start, kept)
+            x = x + state.step_sizes[step] * ((1.0 + rate) * velocity[:1] - rate * velocity[1:])
+        state.kept = kept
+        return x.transpose(1, 2)
+
+    def _velocity(
+        self,
+        state: DiTStreamState,
+        step: int,
+        x: torch.Tensor,
+        conditions: torch.Tensor,
+        angles: torch.Tensor,
+        mask: torch.Tensor | None,
+        start: int,
+        kept: int,
+    ) -> torch.Tensor:
+        """The DiT over frames start.. for both CFG rows at one Euler step -> velocity [2, F, 80]."""
+        dit, frames = self.estimator, start + x.shape[1]
+        projected = dit.input_embed.proj(torch.cat([x.expand(CFG_ROWS, -1, -1), conditions], dim=2))
+        left = state.position_left[step]
+        positions, inputs = dit.input_embed.conv_pos_embed.continued(projected, (left[0], left[1]))
+        if kept > start:  # the convolutions' inputs just before the new kept boundary
+            width = left.shape[-1]
+            offset = kept - start
+            for index, conv_input in enumerate(inputs):
+                left[index] = conv_input[:, :, offset : offset + width]
+        h = positions + projected
+        for index, block in enumerate(dit.transformer_blocks):
+            attention = partial(
+                self._cached_attention,
+                block,
+                state.keys[step, index],
+                state.values[step, index],
+                angles,
+                mask,
+                start,
+                frames,
+            )
+            h = block.run(h, tuple(state.block_modulation[step, index]), attention)
+        return dit.proj_out(dit.norm_out.modulate(h, tuple(state.final_modulation[step])))
+
+    @staticmethod
+    def _cached_attention(
+        block: DiTBlock,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        angles: torch.Tensor,
+        mask: torch.Tensor | None,
+        start: int,
+        frames: int,
+        normed: torch.Tensor,
+    ) -> torch.Tensor:
+        """Attention of frames start..frames over every frame before `frames`: their keys and values are
+        written into the take's buffers ([rows, heads, capacity, dim_head]) and read from there."""
+        query, key, value = block.attn.project(normed, angles)
+        keys[:, :, start:frames] = key
+        values[:, :, start:frames] = value
+        return block.attn.attend(query, keys[:, :, :frames], values[:, :, :frames], mask)
+
+    def _attention_mask(self, start: int, frames: int) -> torch.Tensor | None:
+        """[Tq, Tk] bool for queries start..frames over keys 0..frames (the chunk mask's rows; `start` is a
+        chunk boundary); None when the queries lie in one chunk (they see every key)."""
+        if frames - start <= self.chunk:
+            return None
+        return static_chunk_mask(frames, self.chunk, -1, self.device)[start:]
+
+    def _reserve(self, state: DiTStreamState, frames: int) -> None:
+        """Grow the key/value buffers to hold `frames`, keeping the kept frames."""
+        capacity = state.keys.shape[4]
+        if frames <= capacity:
+            return
+        wanted = max(frames, int(capacity * BUFFER_GROWTH))
+        capacity = math.ceil(wanted / self.chunk) * self.chunk
+        for name in ("keys", "values"):
+            old = getattr(state, name)
+            grown = old.new_empty(*old.shape[:4], capacity, old.shape[5])
+            grown[:, :, :, :, : state.kept] = old[:, :, :, :, : state.kept]
+            setattr(state, name, grown)
+
+    def _token_features(
+        self, tokens: torch.Tensor, start: int, voiced: int, total: int, finalize: bool
+    ) -> torch.Tensor:
+        """mu for frames start..2*voiced [1, F, 80]: the lookahead layer's features of the tokens they
+        come from, computed from a window of token ids as `inference` computes them over all."""
+        ratio, layer = self.flow.token_mel_ratio, self.flow.pre_lookahead_layer
+        first = start // ratio
+        left = min(layer.left_context, first)
+        end = min(total, voiced + layer.pre_lookahead_len)
+        ids = self._token_ids(tokens, first - left, end)
+        window = self.flow.input_embedding(ids.clamp(min=0).long())
+        features = layer.span(window, left, voiced + layer.pre_lookahead_len - end)
+        return features.repeat_interleave(ratio, dim=1)[:, start - first * ratio :]
+
+    def _token_ids(self, tokens: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        """Ids at positions begin..end of prompt + take tokens [1, end - begin]."""
+        prompt = self.prompt_tokens
+        parts = [self.prompt_token[:, begin:end], tokens[:, max(0, begin - prompt) : max(0, end - prompt)]]
+        return torch.cat([part.to(self.device, torch.long) for part in parts], dim=1)
