@@ -35,20 +35,25 @@ STREAMING_LEFT_CHUNKS = -1
 
 
 def static_chunk_mask(
-    frames: int, chunk_size: int, left_chunks: int = -1, device: torch.device | None = None
+    frames: int,
+    chunk_size: int,
+    left_chunks: int = -1,
+    device: torch.device | None = None,
+    first_row: int = 0,
 ) -> torch.Tensor:
-    """Bool [frames, frames], True where query frame i may attend to key frame j (upstream's
-    `subsequent_chunk_mask`): j lies in i's chunk or in one of the `left_chunks` chunks before it (every
-    chunk before it when `left_chunks` < 0). Chunks are `chunk_size` frames counted from frame 0."""
+    """Bool [frames - first_row, frames], True where query frame i (rows first_row..frames-1) may attend to
+    key frame j (upstream's `subsequent_chunk_mask`): j lies in i's chunk or in one of the `left_chunks`
+    chunks before it (every chunk before it when `left_chunks` < 0). Chunks are `chunk_size` frames
+    counted from frame 0."""
     if chunk_size < 1:
         raise ValueError(f"a chunk mask needs a chunk size of at least 1 frame, got {chunk_size}")
-    positions = torch.arange(frames, device=device)
-    chunk = torch.div(positions, chunk_size, rounding_mode="floor")
+    keys = torch.arange(frames, device=device)
+    chunk = torch.div(keys[first_row:], chunk_size, rounding_mode="floor")
     end = (chunk + 1) * chunk_size
-    visible = positions.unsqueeze(0) < end.unsqueeze(1)
+    visible = keys.unsqueeze(0) < end.unsqueeze(1)
     if left_chunks >= 0:
         start = (chunk - left_chunks).clamp(min=0) * chunk_size
-        visible &= positions.unsqueeze(0) >= start.unsqueeze(1)
+        visible &= keys.unsqueeze(0) >= start.unsqueeze(1)
     return visible
 
 

@@ -308,7 +308,7 @@ class DiTFlowStream:
         chunk boundary); None when the queries lie in one chunk (they see every key)."""
         if frames - start <= self.chunk:
             return None
-        return static_chunk_mask(frames, self.chunk, -1, self.device)[start:]
+        return static_chunk_mask(frames, self.chunk, -1, self.device, first_row=start)
 
     def _reserve(self, state: DiTStreamState, frames: int) -> None:
         """Grow the key/value buffers to hold `frames`, keeping the kept frames."""

@@ -39,6 +39,12 @@ def test_static_chunk_mask_cases(frames, chunk, left, expected):
     assert torch.equal(static_chunk_mask(frames, chunk, left), _bool(expected))
 
 
+def test_static_chunk_mask_rows_from_a_first_row():
+    whole = static_chunk_mask(7, 3, left_chunks=1)
+    assert torch.equal(static_chunk_mask(7, 3, left_chunks=1, first_row=3), whole[3:])
+    assert torch.equal(static_chunk_mask(7, 3, first_row=6), _bool([[1] * 7]))
+
+
 def test_chunked_attention_mask_combines_padding_and_opens_empty_rows():
     valid = _bool([[1, 1, 1, 0], [1, 1, 0, 0]])
     every_left = chunked_attention_mask(valid, chunk_size=2, left_chunks=-1)
