@@ -1,4 +1,5 @@
-"""Reading cosyvoice2.yaml: HyperPyYAML tags without upstream code, references, arithmetic, clear errors."""
+"""Reading cosyvoice2.yaml and cosyvoice3.yaml: HyperPyYAML tags without upstream code, references,
+arithmetic, clear errors."""
 
 from __future__ import annotations
 
@@ -165,3 +166,42 @@ def test_recursive_or_deep_yaml_names_the_file(tmp_path, text):
     with pytest.raises(ConfigError) as info:
         read_config(path)
     assert info.value.path == path and "cosyvoice2.yaml" in str(info.value)
+
+
+def test_the_cosyvoice3_yaml_builds_our_cosyvoice3_classes(tmp_path):
+    from studio.tts.cosyvoice3.dit import DiT
+    from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT, PreLookaheadLayer
+    from studio.tts.cosyvoice3.hift import CausalConvRNNF0Predictor, CausalHiFTGenerator
+    from studio.tts.fabricate import yaml_template_cv3
+
+    path = tmp_path / "cosyvoice3.yaml"
+    path.write_text(yaml_template_cv3.render_yaml(yaml_template_cv3.TINY_DIMENSIONS))
+    config = read_config(path)
+    estimator = config["flow"].kwargs["decoder"].kwargs["estimator"]
+    assert estimator.target == "cosyvoice.flow.DiT.dit.DiT" and estimator.kwargs["static_chunk_size"] == 50
+    flow = config.build("flow")
+    assert isinstance(flow, CausalMaskedDiffWithDiT) and isinstance(flow.decoder.estimator, DiT)
+    assert isinstance(flow.pre_lookahead_layer, PreLookaheadLayer) and flow.pre_lookahead_len == 3
+    hift = config.build("hift")
+    assert isinstance(hift, CausalHiFTGenerator) and isinstance(hift.f0_predictor, CausalConvRNNF0Predictor)
+    assert hift.conv_pre_look_right == 4
+
+
+def test_the_tokenizer_version_and_the_prompt_mel_come_from_the_yaml(tmp_path):
+    from studio.tts.fabricate import yaml_template_cv3
+
+    cosyvoice2 = tmp_path / "cosyvoice2.yaml"
+    cosyvoice2.write_text(render_yaml(FULL_DIMENSIONS))
+    assert read_config(cosyvoice2).tokenizer_version == "cosyvoice2"  # upstream's default: no version given
+    assert read_config(cosyvoice2).prompt_mel_fmax == 8000.0
+    cosyvoice3 = tmp_path / "cosyvoice3.yaml"
+    text = yaml_template_cv3.render_yaml(yaml_template_cv3.FULL_DIMENSIONS)
+    cosyvoice3.write_text(text)
+    assert read_config(cosyvoice3).tokenizer_version == "cosyvoice3"
+    assert read_config(cosyvoice3).prompt_mel_fmax is None  # up to the Nyquist frequency
+    cosyvoice3.write_text(text.replace("version: cosyvoice3", "version: [3]"))
+    with pytest.raises(ConfigError, match=r"cosyvoice3\.yaml: get_tokenizer's version must be a name"):
+        _ = read_config(cosyvoice3).tokenizer_version
+    cosyvoice3.write_text(text.replace("fmax: null", "fmax: -1"))
+    with pytest.raises(ConfigError, match=r"cosyvoice3\.yaml: feat_extractor's fmax must be a positive"):
+        _ = read_config(cosyvoice3).prompt_mel_fmax
