@@ -154,7 +154,9 @@ class CausalSineSource(nn.Module):
     so that sample never counts and there are none here.
 
     The additive noise is fixed per model, as upstream: a table [1, samples, harmonics] uniform in [0, 1),
-    indexed by the sample's position in the take (a buffer outside the state dict; `set_noise` replaces it).
+    indexed by the sample's position in the take (outside the state dict; `set_noise` replaces it). As
+    upstream's, it is a plain float32 attribute, so casting the model leaves it exact; it moves to the F0's
+    device when used.
     It is drawn from a generator seeded `noise_seed`, only as far as the longest take so far needs (upstream
     holds 300 s, 259 MB, per model): the generator fills a table in order, so a sample's noise is the same
     whatever the table's length.
@@ -183,7 +185,7 @@ class CausalSineSource(nn.Module):
         self.noise_samples = noise_samples
         self.noise_seed = noise_seed
         self._noise_given = False
-        self.register_buffer("noise", torch.zeros(1, 0, harmonic_num + 1), persistent=False)
+        self.noise = torch.zeros(1, 0, harmonic_num + 1)
 
     @property
     def harmonics(self) -> int:
@@ -203,7 +205,7 @@ class CausalSineSource(nn.Module):
         self.noise = noise.detach().to(device=self.noise.device, dtype=torch.float32).clone()
         self._noise_given = True
 
-    def _noise_at(self, first_sample: int, samples: int) -> torch.Tensor:
+    def _noise_at(self, first_sample: int, samples: int, device: torch.device) -> torch.Tensor:
         end = first_sample + samples
         if end > self.noise.shape[1]:
             limit = self.noise.shape[1] if self._noise_given else self.noise_samples
@@ -213,6 +215,8 @@ class CausalSineSource(nn.Module):
                     f"({limit / self.sampling_rate:.1f} s); build the model with more noise_seconds"
                 )
             self._draw_noise(end)
+        if self.noise.device != device:
+            self.noise = self.noise.to(device)
         return self.noise[:, first_sample:end]
 
     def cycles(self, f0: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
@@ -225,16 +229,19 @@ class CausalSineSource(nn.Module):
         return torch.cumsum(torch.cat([start.double()[:, None], steps], dim=1), dim=1)[:, 1:]
 
     def excitation(self, f0: torch.Tensor, cycles: torch.Tensor, first_frame: int) -> torch.Tensor:
-        """Frames first_frame.. of a take: f0 [B, T] and `cycles` [B, T, harmonics] -> [B, 1, T * scale]."""
+        """Frames first_frame.. of a take: f0 [B, T] and `cycles` [B, T, harmonics] -> [B, 1, T * scale]
+        float32 (whatever the model's dtype or autocast: the phase would drift in half precision)."""
         scale = self.upsample_scale
         phase = (cycles.float() * 2 * math.pi) * scale
         sine_waves = torch.repeat_interleave(torch.sin(phase), scale, dim=1) * self.sine_amp
         uv = torch.repeat_interleave((f0.float() > self.voiced_threshold).to(torch.float32), scale, dim=1)
         uv = uv[:, :, None]
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
-        noise = self._noise_at(first_frame * scale, sine_waves.shape[1])
+        noise = self._noise_at(first_frame * scale, sine_waves.shape[1], f0.device)
         sine_waves = sine_waves * uv + noise_amp * noise
-        return torch.tanh(self.l_linear(sine_waves)).transpose(1, 2)
+        with torch.autocast(device_type=f0.device.type, enabled=False):
+            merged = F.linear(sine_waves, self.l_linear.weight.float(), self.l_linear.bias.float())
+        return torch.tanh(merged).transpose(1, 2)
 
     def forward(self, f0: torch.Tensor) -> torch.Tensor:
         """f0 [B, T] in Hz per mel frame of a whole take -> excitation [B, 1, T * upsample_scale] float32."""

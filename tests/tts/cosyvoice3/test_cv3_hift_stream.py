@@ -148,3 +148,18 @@ def test_an_empty_take_and_misuse(hift):
     assert stream.state_bytes == 0
     with pytest.raises(RuntimeError, match="closed"):
         stream.push(_mel(5), finalize=True)
+
+
+def test_the_source_stays_float32_when_the_model_is_cast_to_half():
+    """Upstream keeps its noise table a plain float32 tensor; a half-precision model reads the same noise."""
+    model = CausalHiFTGenerator(
+        base_channels=16, f0_predictor=CausalConvRNNF0Predictor(cond_channels=16), noise_seconds=2
+    )
+    f0 = torch.full((1, 3), 120.0)
+    before = model.m_source(f0)
+    noise = model.m_source.noise.clone()
+    model.half()
+    after = model.m_source(f0)
+    assert model.m_source.noise.dtype == torch.float32 and torch.equal(model.m_source.noise, noise)
+    assert after.dtype == torch.float32
+    assert float((after - before).abs().max()) < 1e-2  # only l_linear's weights were rounded to half
