@@ -24,7 +24,9 @@ def test_flags_override_saved_settings_and_reach_engine_args(tmp_path, monkeypat
     assert options["max_num_seqs"] == 32 and options["enforce_eager"] is True  # flags win
     assert options["max_model_len"] == 3000 and options["dtype"] == "bfloat16"  # saved settings stay
 
-    args = engine_args(tmp_path / "export", **options)
+    export = tmp_path / "export"
+    export.mkdir()  # a folder vLLM finds: a missing one is looked up as a hub repo id (and fails offline)
+    args = engine_args(export, **options)
     assert (args.max_num_seqs, args.max_model_len, args.dtype, args.enforce_eager) == (
         32,
         3000,

@@ -70,3 +70,26 @@ def test_a_process_serving_our_model_samples_top_k_top_p_without_triton(monkeypa
     ops.apply_top_k_top_p(gpu_like, None, None)  # nothing to apply: vLLM's (a no-op)
     ops.apply_top_k_top_p(cpu, k, None)  # on a CPU vLLM's path is PyTorch already
     assert calls == ["vllm", "pytorch", "vllm", "vllm"]
+
+
+def test_in_process_registration_serves_vllms_stock_qwen2_by_class_too(monkeypatch):
+    """CosyVoice3's export runs in vLLM's stock class: registered here, it is inspected without a subprocess."""
+    from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+
+    monkeypatch.delitem(ModelRegistry.models, plugin.STOCK_ARCHITECTURE)  # restored after the test
+    registry._try_inspect_model_cls.cache_clear()
+    monkeypatch.setattr(registry, "_run_in_subprocess", lambda fn: pytest.fail("inspected in a subprocess"))
+    plugin.register(in_process=True)
+    assert ModelRegistry.models[plugin.STOCK_ARCHITECTURE].model_cls is Qwen2ForCausalLM
+    info = ModelRegistry._try_inspect_model_cls(plugin.STOCK_ARCHITECTURE)
+    assert info is not None and info.architecture == "Qwen2ForCausalLM"
+    registry._try_inspect_model_cls.cache_clear()
+
+
+def test_a_process_that_builds_our_ras_processor_serves_a_cosyvoice_model(monkeypatch):
+    """The stock Qwen2 class says nothing about CosyVoice3: the RAS processor every studio engine loads does."""
+    from studio.tts.llm.vllm.sampling import RasLogitsProcessor
+
+    monkeypatch.setattr(plugin, "SERVING_COSYVOICE", __import__("threading").Event())
+    RasLogitsProcessor(None, torch.device("cpu"), False)
+    assert plugin.SERVING_COSYVOICE.is_set()

@@ -5,12 +5,15 @@ are rows 6561..6564 of `speech_embedding`, which holds the 6561 speech tokens an
 output layer `llm_decoder` has no bias and scores all 6761 ids, and any id at or above 6561 ends a take.
 Submodule names follow upstream (`llm.model` is a transformers `Qwen2ForCausalLM`, so `llm.model.model.*`
 loads), so the official `llm.pt` loads with `strict=True`. `llm` and `speech_logp` behave as `Qwen2LM`'s,
-so `studio.tts.llm.torch_backend.TorchTokenBackend` decodes with either model.
+so `studio.tts.llm.torch_backend.TorchTokenBackend` decodes with either model; `drop_backbone`,
+`backbone_bytes` and `length_bounds` are Qwen2LM's own. vLLM serves the transformer and the head as its stock
+`Qwen2ForCausalLM` (`studio.tts.llm.vllm.export`). Upstream drops a silent or breath token that follows
+five others in a row: `silent_tokens` and `SilentRunLimiter`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -26,6 +29,34 @@ SOS_OFFSET, EOS_OFFSET, TASK_ID_OFFSET, FILL_OFFSET = (
     2,
     3,
 )  # special ids, counted from speech_token_size
+# The FSQ codes upstream calls silent or breath tokens (`CosyVoice3Model.silent_tokens`), and the longest run
+# of them it keeps (`llm_job`'s `max_silent_token_num`).
+SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
+MAX_SILENT_RUN = 5
+
+
+class SilentRunLimiter:
+    """Shortens runs of silent speech tokens in a take's token stream, as upstream's `llm_job` does.
+
+    `keep(token)` is asked once per sampled token, in order: a run of consecutive ids from `silent_tokens`
+    keeps its first `max_run` tokens and drops the rest; any other id ends the run (and is kept). The LM
+    itself still sees every token it sampled: only what reaches the flow is filtered.
+    """
+
+    def __init__(self, silent_tokens: Iterable[int], max_run: int = MAX_SILENT_RUN) -> None:
+        if max_run < 0:
+            raise ValueError(f"SilentRunLimiter: max_run must be >= 0, got {max_run}")
+        self.silent_tokens = frozenset(int(t) for t in silent_tokens)
+        self.max_run = max_run
+        self.run = 0  # silent tokens in a row so far, the dropped ones included
+
+    def keep(self, token: int) -> bool:
+        """Whether `token`, the next sampled one, goes on to the flow."""
+        if token not in self.silent_tokens:
+            self.run = 0
+            return True
+        self.run += 1
+        return self.run <= self.max_run
 
 
 class CosyVoice3LM(nn.Module):
@@ -34,6 +65,9 @@ class CosyVoice3LM(nn.Module):
     Takes the official yaml's keyword arguments; `sampling` is the yaml's RAS. Training-only arguments
     (`length_normalized_loss`, `lsm_weight`, `mix_ratio`) are accepted and ignored.
     """
+
+    #: Speech ids whose runs the pipeline keeps to `MAX_SILENT_RUN` (`SilentRunLimiter`).
+    silent_tokens: tuple[int, ...] = SILENT_TOKENS
 
     def __init__(
         self,
@@ -84,6 +118,9 @@ class CosyVoice3LM(nn.Module):
         return list(range(self.speech_token_size, self.speech_token_size + SPECIAL_TOKENS))
 
     length_bounds = staticmethod(Qwen2LM.length_bounds)
+    # The transformer sits where Qwen2LM's does (`llm.model.model.layers`): the same two methods serve both.
+    backbone_bytes = Qwen2LM.backbone_bytes
+    drop_backbone = Qwen2LM.drop_backbone
 
     def materialize_buffers(self) -> None:
         """Recompute the backbone's rotary frequencies on the weights' device (after building on `meta`)."""

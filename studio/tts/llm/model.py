@@ -129,6 +129,9 @@ class Qwen2LM(nn.Module):
     Training-only arguments (`length_normalized_loss`, `lsm_weight`, `mix_ratio`) are accepted and ignored.
     """
 
+    #: Speech ids whose long runs the pipeline shortens (`SilentRunLimiter`): none for CosyVoice2.
+    silent_tokens: tuple[int, ...] = ()
+
     def __init__(
         self,
         llm_input_size: int,

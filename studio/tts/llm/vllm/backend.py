@@ -364,8 +364,9 @@ def resolve_dtype(requested: str | None, source: str, supported: list[str] | Non
 def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) -> VllmTokenBackend:
     """Export `model_dir/llm.pt` (cached), start vLLM on it and return the token backend for `llm`.
 
-    `llm` is the loaded `Qwen2LM`; its backbone config, hidden size and stop ids describe the export.
-    The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
+    `llm` is the `Qwen2LM` or `CosyVoice3LM` (meta is fine); its backbone config, head, hidden size and
+    stop ids describe the export: CosyVoice2's biased head runs in our registered class, CosyVoice3's
+    bias-less one in vLLM's stock `Qwen2ForCausalLM` (`export.architecture_for`). The run dtype is resolved first (`resolve_dtype`), the export is written in it and vLLM is given
     it explicitly, so the weights vLLM loads are already in the dtype it runs. The export is written
     without PyTorch's CPU thread pool, so vLLM may fork its engine process right after it
     (`device.fork_safe`).
@@ -379,10 +380,11 @@ def create_vllm_backend(llm: Any, model_dir: str | Path, **vllm_options: Any) ->
     dtype = resolve_dtype(requested, export.weights_dtype(llm_pt))
     log.info("vLLM dtype: %s (asked: %s)", dtype, requested)
     config = llm.llm.model.config.to_dict()
-    export_dir = export.cached_export(llm_pt, config, dtype=dtype)
+    architecture = export.architecture_for(llm)
+    export_dir = export.cached_export(llm_pt, config, dtype=dtype, architecture=architecture)
     if export_dir is None:
         written = time.perf_counter()
-        export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype)
+        export_dir = export.export_for_vllm(llm_pt, config, dtype=dtype, architecture=architecture)
         log.info("first start on this export: written in %.1f s", time.perf_counter() - written)
     started = time.perf_counter()
     turn = flow_turn.share()  # vLLM's steps wait while the flow makes a first chunk

@@ -57,7 +57,8 @@ class VllmMemory:
 
 
 def vllm_memory(skeleton: Any, **vllm_options: Any) -> VllmMemory:
-    """`VllmMemory` of the exported LM for these vLLM options; ``skeleton`` is the Qwen2LM (meta is fine).
+    """`VllmMemory` of the exported LM for these vLLM options; ``skeleton`` is the Qwen2LM or CosyVoice3LM
+    (meta is fine).
 
     The export holds the transformer, its final norm, and the speech embedding and head (a small vocab):
     see ``export.py``. vLLM runs it, and keeps its KV cache, in float32 only when asked to."""

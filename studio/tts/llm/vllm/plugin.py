@@ -8,7 +8,10 @@ The studio's own process registers the class itself before it builds the engine 
 (`register(in_process=True)`): vLLM inspects a model registered by name in a subprocess that imports
 torch and vLLM afresh whenever its cache of that inspection misses (first start, and after any change
 to the model module): 23.5 s of a cold start on the H200. The class imports in 0.3 s once vLLM's engine
-modules are loaded, and an engine core forked from this process then finds it imported.
+modules are loaded, and an engine core forked from this process then finds it imported. CosyVoice3's
+export is served by vLLM's stock `Qwen2ForCausalLM` (`STOCK_ARCHITECTURE`), which vLLM registers by
+name too (its first inspection took 10 s on a 2-core CPU): that same class is registered in the
+studio's process by class as well (the module is the one our class imports).
 
 It also spares RAS a host round trip per step: with any custom logits processor loaded, vLLM makes its
 input batch bring each step's sampled tokens to the host before the next step samples (it cannot know
@@ -21,7 +24,8 @@ sampler with a top-k/top-p draw, whose Triton kernels compile then (6-9 s on the
 caches them in torch.compile's folder, the second in Triton's own). Our requests are greedy (the RAS
 processor leaves one-hot rows) and never use them, so in a process that serves our model top-k/top-p
 takes vLLM's PyTorch path on a GPU (`top_k_top_p_in_pytorch`; on a CPU vLLM's own path is PyTorch
-already); anybody else's model keeps vLLM's choice.
+already); anybody else's model keeps vLLM's choice. A process serves a CosyVoice model when it builds our
+class or our RAS logits processor (every studio engine loads it, the stock Qwen2's for CosyVoice3 too).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 #: The exported config.json names this architecture; the class in vllm_model.py carries the same name.
 ARCHITECTURE = "CosyVoice2StudioForCausalLM"
 MODEL_CLASS_PATH = f"studio.tts.llm.vllm.model:{ARCHITECTURE}"
+STOCK_ARCHITECTURE = "Qwen2ForCausalLM"  # vLLM's own class: CosyVoice3's export (a head without bias)
 SAMPLING_MODULE = "studio.tts.llm.vllm.sampling"
 _NEEDS_TOKENS = "logitsprocs_need_output_token_ids"
 
@@ -52,18 +57,26 @@ def register(in_process: bool = False) -> None:
     lifetime.arm_if_child()  # vLLM's engine core and workers: gone with the process that started them
     lifetime.watch_forks()  # and those it forks (vLLM forks on CUDA; a fork does not load plugins again)
 
-    if in_process and not _registered_by_class(ModelRegistry):
+    if in_process:
+        from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+
         from studio.tts.llm.vllm.model import CosyVoice2StudioForCausalLM
 
-        with _quiet(logging.getLogger("vllm.model_executor.models.registry")):  # "overwritten": meant
-            ModelRegistry.register_model(ARCHITECTURE, CosyVoice2StudioForCausalLM)
+        for name, model_class in (
+            (ARCHITECTURE, CosyVoice2StudioForCausalLM),
+            (STOCK_ARCHITECTURE, Qwen2ForCausalLM),
+        ):
+            if not _registered_by_class(ModelRegistry, name):
+                with _quiet(logging.getLogger("vllm.model_executor.models.registry")):  # "overwritten": meant
+                    ModelRegistry.register_model(name, model_class)
     elif ARCHITECTURE not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS_PATH)
     skip_output_token_sync()
     top_k_top_p_in_pytorch()
 
 
-#: Set when this process builds our model (`CosyVoice2StudioForCausalLM.__init__`): it serves CosyVoice2.
+#: Set when this process builds our model (`CosyVoice2StudioForCausalLM.__init__`) or our RAS logits
+#: processor (`sampling.RasLogitsProcessor.__init__`): it serves CosyVoice2 or CosyVoice3.
 SERVING_COSYVOICE = threading.Event()
 
 
@@ -93,8 +106,8 @@ def top_k_top_p_in_pytorch() -> bool:
     return True
 
 
-def _registered_by_class(registry) -> bool:
-    entry = getattr(registry, "models", {}).get(ARCHITECTURE)
+def _registered_by_class(registry, architecture: str) -> bool:
+    entry = getattr(registry, "models", {}).get(architecture)
     return entry is not None and getattr(entry, "model_cls", None) is not None
 
 

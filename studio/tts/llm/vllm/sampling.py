@@ -34,6 +34,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 
 from studio import envs
 from studio.tts.device.flow_turn import TurnWaiter
+from studio.tts.llm.vllm import plugin
 from studio.tts.llm.vllm.ras_graphs import RasGraphs
 
 EXTRA_ARGS_KEY = "cosyvoice_ras"
@@ -127,6 +128,9 @@ class RasLogitsProcessor(LogitsProcessor):
     (`ring_tokens`, with the step of each in `ring_steps`)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        # Built by vLLM's model runner before its sampler warm-up: the stock Qwen2 class that serves
+        # CosyVoice3 does not say it serves a CosyVoice model, this processor does (plugin).
+        plugin.SERVING_COSYVOICE.set()
         self.device = torch.device(device)
         self.pin_memory = bool(is_pin_memory) and self.device.type == "cuda"
         self.requests: dict[int, _RasRequest] = {}
