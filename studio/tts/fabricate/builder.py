@@ -34,7 +34,7 @@ from studio.tts.frontend.special_tokens import special_tokens_for
 BUILDER_VERSION = 1
 SIZES = ("tiny", "full")
 #: ``make-model --family`` names -> the family written.
-FAMILIES = {"cosyvoice2": COSYVOICE2, "cosyvoice3": COSYVOICE3}
+FAMILY_BY_NAME = {"cosyvoice2": COSYVOICE2, "cosyvoice3": COSYVOICE3}
 #: Each family's yaml template (its module: FULL_DIMENSIONS, TINY_DIMENSIONS, render_yaml).
 _TEMPLATES = {COSYVOICE2: yaml_template, COSYVOICE3: yaml_template_cv3}
 
@@ -81,7 +81,7 @@ def source_fingerprint(family: str = "cosyvoice2") -> str:
     """A short hash of the code that decides a built folder's contents (module layouts, tokenizer, yaml).
 
     Test caches key on it, so a change to any model module rebuilds the tiny folder instead of failing
-    to load a stale one. ``family`` (a `FAMILIES` name) adds that family's own model modules.
+    to load a stale one. ``family`` (a `FAMILY_BY_NAME` name) adds that family's own model modules.
     """
     import hashlib
 
@@ -110,9 +110,9 @@ class BuildError(Exception):
 
 def _family(name: str) -> ModelFamily:
     try:
-        return FAMILIES[name]
+        return FAMILY_BY_NAME[name]
     except KeyError:
-        raise BuildError(f"unknown family {name!r}; expected one of {', '.join(FAMILIES)}") from None
+        raise BuildError(f"unknown family {name!r}; expected one of {', '.join(FAMILY_BY_NAME)}") from None
 
 
 def _dimensions(family: ModelFamily, size: str) -> tuple[dict, dict]:
@@ -180,8 +180,8 @@ def build_model_folder(
     overwrite: bool = False,
     family: str = "cosyvoice2",
 ) -> Path:
-    """Write the folder of ``family`` (a `FAMILIES` name) and return its path; the same family, size and seed
-    always give the same weights."""
+    """Write the folder of ``family`` (a `FAMILY_BY_NAME` name) and return its path; the same family, size
+    and seed always give the same weights."""
     model_family = _family(family)
     dims, qwen2 = _dimensions(model_family, size)
     out_dir = Path(out_dir)

@@ -81,7 +81,10 @@ def test_make_model_cosyvoice3_is_seeded_and_reports_its_family(tiny_cosyvoice3_
 
 def test_an_unknown_family_is_refused(tmp_path, capsys):
     from studio.cli import main
+    from studio.commands.make_model import FAMILY_CHOICES
+    from studio.tts.fabricate.builder import FAMILY_BY_NAME
 
+    assert FAMILY_CHOICES == tuple(FAMILY_BY_NAME)
     with pytest.raises(BuildError, match="unknown family 'cosyvoice4'"):
         build_model_folder(tmp_path / "x", family="cosyvoice4")
     with pytest.raises(SystemExit) as exited:
