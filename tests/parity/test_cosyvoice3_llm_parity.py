@@ -245,3 +245,34 @@ def test_built_on_meta_and_loaded_by_assignment_it_gives_the_same_logits(models)
     embeds = lazy.build_prompt_embeds(TEXT, PROMPT_TEXT, PROMPT_SPEECH)
     expected = _reference_logits(theirs, _reference_prompt_embeds(theirs))
     assert _max_abs_error(lazy.eval()(embeds, lazy.new_cache()), expected) <= TOLERANCE
+
+
+@torch.inference_mode()
+def test_the_vllm_export_is_a_stock_qwen2_giving_the_reference_logits(models, tmp_path):
+    """vLLM serves CosyVoice3's LM as its stock `Qwen2ForCausalLM`: the export of upstream's llm.pt, read
+    back by transformers' stock class of that name, gives the reference's logits on the prompt, and decoded
+    ids fed back through its token embedding (the speech embedding) give them at every step."""
+    from transformers import AutoModelForCausalLM
+
+    from studio.tts.llm.vllm.export import export_for_vllm
+    from studio.tts.llm.vllm.plugin import STOCK_ARCHITECTURE
+
+    theirs, _ = models
+    torch.save(theirs.state_dict(), tmp_path / "llm.pt")
+    folder = export_for_vllm(
+        tmp_path / "llm.pt",
+        theirs.llm.model.config.to_dict(),
+        root=tmp_path / "cache",
+        dtype="float32",
+        architecture=STOCK_ARCHITECTURE,
+    )
+    stock = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    assert type(stock).__name__ == "Qwen2ForCausalLM" and stock.lm_head.bias is None
+    ref_embeds = _reference_prompt_embeds(theirs)
+    embeds = ref_embeds
+    for token in [None, *DECODED]:
+        if token is not None:
+            embeds = torch.cat([embeds, stock.get_input_embeddings()(torch.tensor([[token]]))], dim=1)
+            ref_embeds = torch.cat([ref_embeds, _reference_decode_embeds(theirs, token)], dim=1)
+        logits = stock(inputs_embeds=embeds).logits[:, -1]
+        assert _max_abs_error(logits, _reference_logits(theirs, ref_embeds)) <= TOLERANCE
