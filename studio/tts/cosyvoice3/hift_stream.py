@@ -133,6 +133,7 @@ class CausalHiftStream:
         out_end = frames if finalize else frames - hift.finalize_trim_frames
         if out_end <= state.frames_out:
             self.last_network_frames = 0
+            self._drop_unneeded(state)
             return torch.zeros(1, 0, device=state.mel.device)
         start = max(0, state.frames_out - self.look_back)
         source = hift.m_source.excitation(
@@ -177,7 +178,10 @@ class CausalHiftStream:
 
     def _drop_unneeded(self, state: HiftStreamState) -> None:
         """Keep only what the next push reads: its network's left context, the F0 predictor's look-back and
-        the last running phase."""
+        the last running phase (nothing after the finalizing push)."""
+        if state.finalized:
+            state.mel, state.f0, state.cycles = state.mel[:, :, :0], state.f0[:, :0], state.cycles[:, :0]
+            return
         next_start = max(0, state.frames_out - self.look_back)
         keep_f0 = min(next_start, state.f0_end - 1)
         if keep_f0 > state.f0_start:
