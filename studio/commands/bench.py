@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="benchmark latency and throughput",
         description="Warm up, then time N runs at each concurrency, for each backend, side by side.",
     )
-    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 or CosyVoice3 model folder")
     parser.add_argument(
         "--backends",
         type=_backend_list,

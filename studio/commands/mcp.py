@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="A Model Context Protocol server on stdin/stdout: tools list_voices, speak_to_file, "
         "speak_to_speakers and render_script. Needs the 'mcp' extra.",
     )
-    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 or CosyVoice3 model folder")
     parser.add_argument(
         "--backend",
         choices=("pytorch", "vllm"),

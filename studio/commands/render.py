@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a line without a prefix keeps the voice before it; a blank line is a paragraph pause.",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the script, a UTF-8 text file")
-    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 or CosyVoice3 model folder")
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="folder for 001.wav..., joined.*, script.json"
     )

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve an OpenAI-compatible speech API",
         description="POST /v1/audio/speech, /v1/voices, /health and /metrics over the studio's runtime.",
     )
-    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 or CosyVoice3 model folder")
     parser.add_argument("--backend", choices=("pytorch", "vllm"), default="vllm")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: this computer only)")
     parser.add_argument("--port", type=int, default=8080)

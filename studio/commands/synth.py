@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="synthesise text to an audio file",
         description="Synthesise one take with a voice prompt and write it (WAV, FLAC, MP3, Ogg or Opus).",
     )
-    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 model folder")
+    parser.add_argument("--model", required=True, metavar="DIR", help="CosyVoice2 or CosyVoice3 model folder")
     text = parser.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="the text to speak")
     text.add_argument("--text-file", metavar="F", help="read the text from a UTF-8 file")

@@ -117,7 +117,10 @@ class Engine:
                 request.vram_budget_gb,
                 warm_beside=request.warmup,
             )
+            family = getattr(self.loaded.model, "family", None)
             described = f"{self.loaded.backend} backend on {self.loaded.device}"
+            if family is not None:
+                described = f"{family.model} on the {described}"
             if self.loaded.backend_reason:
                 described += f" (not vllm: {self.loaded.backend_reason})"
             warmup_seconds = None

@@ -79,8 +79,8 @@ def load_model(
 
     ``warm_beside`` (for callers that run the warm-up take next): while vLLM starts, the warm-up take
     runs with replayed tokens (`warm_without_lm`), so the one after the load only has vLLM to warm."""
-    from studio.tts.cosyvoice2 import CosyVoice2
     from studio.tts.errors import ModelFolderError
+    from studio.tts.models import open_model
 
     start = time.perf_counter()
     reason = ""
@@ -88,7 +88,7 @@ def load_model(
         reason = vllm_unavailable_reason()
         if not reason:
             try:
-                model = CosyVoice2(
+                model = open_model(
                     model_dir,
                     load_vllm=True,
                     fp16=fp16,
@@ -105,7 +105,7 @@ def load_model(
         log.warning("using PyTorch instead of vLLM: %s", reason)
     elif backend != "pytorch":
         raise ValueError(f"backend must be 'pytorch' or 'vllm', not {backend!r}")
-    model = CosyVoice2(model_dir, load_vllm=False, fp16=fp16, vram_budget_gb=vram_budget_gb)
+    model = open_model(model_dir, load_vllm=False, fp16=fp16, vram_budget_gb=vram_budget_gb)
     return EngineModel(model, "pytorch", reason, time.perf_counter() - start)
 
 

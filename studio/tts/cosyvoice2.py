@@ -19,16 +19,16 @@ import numpy as np
 import torch
 
 from studio.atomic_files import atomic_path
-from studio.model_layout import SPK2INFO_FILE
+from studio.model_layout import COSYVOICE2, SPK2INFO_FILE
 from studio.request import Mode
-from studio.tts.errors import BackendUnavailableError, SynthesisError
+from studio.tts.errors import BackendUnavailableError, ModelFolderError, SynthesisError
 from studio.tts.loader import load_model_folder_beside, load_spk2info
-from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget
+from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
 from studio.tts.pipeline import run_take
 from studio.tts.scheduler import close_scheduler
 from studio.tts.synthesis import PromptConditioning, SynthesisSpec
 from studio.tts.take_gate import TakeGate
-from studio.tts.token2wav import warm_prompt_cache
+from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 from studio.user_dirs import voices_dir
 
 __all__ = ["CosyVoice2", "SynthesisSpec"]
@@ -48,6 +48,8 @@ def _vllm_backend_module():
 
 class CosyVoice2:
     """CosyVoice2-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice2``."""
+
+    family = COSYVOICE2  # the model family this class runs (`studio.tts.models.open_model` picks the class)
 
     def __init__(
         self,
@@ -112,6 +114,12 @@ class CosyVoice2:
 
     def _adopt(self, parts, warm: Callable[[CosyVoice2], None] | None) -> None:
         """Take the loaded parts (on the loading thread, while vLLM may still start), then ``warm(self)``."""
+        if parts.family != self.family:
+            raise ModelFolderError(
+                parts.model_dir / parts.family.yaml_file,
+                f"is a {parts.family.name} folder: open it with {parts.family.name} "
+                f"(studio.tts.models.open_model picks the class), not {type(self).__name__}",
+            )
         self.model, self.fp16 = parts, parts.fp16
         self.sample_rate, self.token_hop_len = parts.config.sample_rate, parts.config.chunk_size
         self.llm_threads = 1 if parts.device.type == "cpu" else None
@@ -142,7 +150,7 @@ class CosyVoice2:
         """Remember a voice (prompt features and transcript) under ``zero_shot_spk_id``."""
         if not zero_shot_spk_id:
             raise SynthesisError("a saved voice needs a non-empty id")
-        text_ids = self._encode(self._normalize(prompt_text, True))
+        text_ids = self._prompt_text_ids(prompt_text, True)
         tokens, feat, embedding = self._prompt_features(prompt_wav, prompt_sr)
         token = torch.tensor([tokens], dtype=torch.int32)
         entry = {
@@ -159,11 +167,15 @@ class CosyVoice2:
         }
         with self._voices_lock:
             self.spk2info[zero_shot_spk_id] = entry
-        try:  # the voice's first streamed take then skips its prompt frames (STUDIO_PROMPT_CACHE_MB=0: off)
-            warm_prompt_cache(self.model.flow, token, feat, embedding, fp16=self.fp16)
+        try:
+            self._warm_saved_voice(token, feat, embedding)
         except Exception:  # noqa: BLE001 - an optimisation: never fail saving a voice over it
             log.warning("could not warm the prompt flow cache for voice %r", zero_shot_spk_id, exc_info=True)
         return True
+
+    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> None:
+        """The voice's first streamed take then skips its prompt frames (STUDIO_PROMPT_CACHE_MB=0: off)."""
+        warm_prompt_cache(self.model.flow, token, feat, embedding, fp16=self.fp16)
 
     def save_spkinfo(self) -> Path:
         """Write the saved voices to the user data folder (the model folder may be read-only)."""
@@ -252,9 +264,11 @@ class CosyVoice2:
     def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
         """Validate and prepare the request now (errors raise here), then return its chunk generator."""
         spec.validate()
-        prompt = self._prepare_prompt(spec)
-        sentences = self._split(spec.text, spec.text_frontend)
-        return run_take(self, spec, prompt, sentences)
+        return self._run(spec, self._prepare_prompt(spec))
+
+    def _run(self, spec: SynthesisSpec, prompt: PromptConditioning) -> Iterator[dict]:
+        """The take's chunk generator, sentence by sentence, once the prompt is prepared."""
+        return run_take(self, spec, prompt, self._split(spec.text, spec.text_frontend))
 
     # -- request preparation ---------------------------------------------------------------------
     def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:
@@ -285,17 +299,54 @@ class CosyVoice2:
             if cached_text:
                 text_ids = cached_text
             else:
-                text_ids = self._encode(self._normalize(spec.prompt_text, spec.text_frontend))
+                text_ids = self._prompt_text_ids(spec.prompt_text, spec.text_frontend)
             return PromptConditioning(text_ids, cached_tokens, flow_token, feat, embedding)
         if spec.mode is Mode.CROSS_LINGUAL:
-            return PromptConditioning([], [], flow_token, feat, embedding)
+            return PromptConditioning(self._cross_lingual_text_ids(), [], flow_token, feat, embedding)
         # instruct2: the instruction always replaces the voice's transcript (upstream defect 5)
-        instruct = (
-            spec.instruct_text
-            if spec.instruct_text.endswith(END_OF_PROMPT)
-            else spec.instruct_text + END_OF_PROMPT
+        return PromptConditioning(self._instruct_ids(spec.instruct_text), [], flow_token, feat, embedding)
+
+    # -- the model family's prompt formats (CosyVoice3 overrides them) ----------------------------
+    def _prompt_text_ids(self, prompt_text: str, text_frontend: bool) -> list[int]:
+        """The LM's prompt text for a zero-shot take: the reference's transcript."""
+        return self._encode(self._normalize(prompt_text, text_frontend))
+
+    def _cross_lingual_text_ids(self) -> list[int]:
+        """The LM's prompt text for a cross-lingual take: none."""
+        return []
+
+    def _instruct_ids(self, instruct_text: str) -> list[int]:
+        """The LM's prompt text for an instructed take: the instruction, ending in ``<|endofprompt|>``."""
+        ending = "" if instruct_text.endswith(END_OF_PROMPT) else END_OF_PROMPT
+        return self._encode(instruct_text + ending)
+
+    # -- the model family's take parts (the pipeline asks; CosyVoice3 overrides them) ------------
+    def token2wav_stream(
+        self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
+    ) -> Token2WavStream:
+        """The take's token-to-waveform state for one sentence."""
+        return Token2WavStream(
+            flow=self.model.flow,
+            hift=self.model.hift,
+            prompt_token=prompt.flow_token,
+            prompt_feat=prompt.flow_feat,
+            embedding=prompt.embedding,
+            streaming=spec.stream,
+            speed=float(spec.speed),
+            generator=torch.Generator(device=self.model.device).manual_seed(seed),
+            fp16=self.fp16,
+            token_hop_len=self.token_hop_len,
+            first_hop=spec.first_hop_tokens,
+            cancel=cancel,
         )
-        return PromptConditioning(self._encode(instruct), [], flow_token, feat, embedding)
+
+    def token_filter(self) -> Callable[[int], bool] | None:
+        """Which sampled speech tokens a take keeps (None: all of them)."""
+        return None
+
+    def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
+        """What a take's state can grow to on the device (the `TakeGate` reserves it)."""
+        return take_state_bytes(self.model, prompt_frames, max_tokens)
 
     def _prompt_features(self, prompt_wav: Any, prompt_sr: int | None):
         """(speech tokens, flow mel [1, 2T, 80], speaker embedding [1, 192]) from a prompt recording."""

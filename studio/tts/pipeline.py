@@ -17,10 +17,8 @@ import torch
 
 from studio.tts.errors import SynthesisError
 from studio.tts.llm.backend import prompt_embeds_for
-from studio.tts.memory import take_state_bytes
 from studio.tts.scheduler import ChunkCancelled
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
-from studio.tts.token2wav import Token2WavStream
 
 if TYPE_CHECKING:
     from studio.tts.cosyvoice2 import CosyVoice2
@@ -84,7 +82,7 @@ def _sentence(
 
     if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
         # the reservation covers the longest the take can grow (its token bound), never an expected length
-        need = take_state_bytes(voice.model, prompt.flow_feat.shape[1], max_len)
+        need = voice.take_state_bytes(prompt.flow_feat.shape[1], max_len)
         with voice.take_gate.admitted(need, cancel) as admitted:
             if admitted:
                 yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
@@ -96,23 +94,12 @@ def _sentence_audio(
     voice: CosyVoice2, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
 ) -> Iterator[dict]:
     # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
-    producer = SpeechTokenProducer(generate, cancel, intra_op_threads=voice.llm_threads).start()
+    producer = SpeechTokenProducer(
+        generate, cancel, intra_op_threads=voice.llm_threads, keep=voice.token_filter()
+    ).start()
     stream, used = None, 0
     try:
-        stream = Token2WavStream(
-            flow=voice.model.flow,
-            hift=voice.model.hift,
-            prompt_token=prompt.flow_token,
-            prompt_feat=prompt.flow_feat,
-            embedding=prompt.embedding,
-            streaming=spec.stream,
-            speed=float(spec.speed),
-            generator=torch.Generator(device=voice.model.device).manual_seed(seed),
-            fp16=voice.fp16,
-            token_hop_len=voice.token_hop_len,
-            first_hop=spec.first_hop_tokens,
-            cancel=cancel,
-        )
+        stream = voice.token2wav_stream(spec, prompt, seed, cancel)
         while spec.stream:
             available = producer.wait_for(stream.tokens_needed())
             if cancel.is_set():

@@ -1,0 +1,165 @@
+"""CosyVoice3's speech tokens to waveform for one take: the DiT flow, then the causal HiFT.
+
+Offline (not streamed) takes run upstream's calls once: the flow with full attention, HiFT with
+``finalize``. Streamed takes follow upstream's CosyVoice3Model chunking (the take's `HopSchedule`: the
+first hop padded to the prompt's 25-token grid, later hops 50 then 100, 3 lookahead tokens), but where
+upstream re-runs the flow and HiFT over everything so far at every hop (quadratic in the take's length),
+`DiTFlowStream` computes only the new mel frames over its cached chunks and `CausalHiftStream` only the new
+samples over a bounded left context: the same audio at a flat cost per chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
+from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
+from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, HopSchedule
+from studio.tts.token2wav import StageTimes
+
+CFG_ROWS = 2  # the conditional and unconditional rows of classifier-free guidance
+DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
+
+
+@dataclass
+class DiTWavStream:
+    """One take's token-to-waveform state (the interface of CosyVoice2's `Token2WavStream`).
+
+    `ready(n)` says whether ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)` renders it,
+    `finish(tokens)` renders the rest once the LM is done (the whole take when not streaming).
+    """
+
+    flow: torch.nn.Module
+    hift: torch.nn.Module
+    prompt_token: torch.Tensor  # [1, P] int32
+    prompt_feat: torch.Tensor  # [1, 2P, 80]
+    embedding: torch.Tensor  # [1, 192]
+    streaming: bool
+    speed: float = 1.0
+    fp16: bool = False
+    token_hop_len: int = TOKEN_HOP_LEN
+    first_hop: int | None = None  # tokens of a shorter first chunk (None or 0: upstream's)
+    schedule: HopSchedule = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.device = next(self.flow.parameters()).device
+        self.mel_ratio = int(self.flow.token_mel_ratio)
+        self.schedule = HopSchedule(
+            prompt_tokens=int(self.prompt_token.shape[1]),
+            lookahead=int(self.flow.pre_lookahead_len),
+            token_hop_len=self.token_hop_len,
+            first_hop=self.first_hop or 0,
+        )
+        self._flow_stream: DiTFlowStream | None = None
+        self._hift_stream: CausalHiftStream | None = None
+        if self.streaming:
+            with self._precision():
+                self._flow_stream = DiTFlowStream(
+                    self.flow,
+                    self.prompt_token.to(self.device),
+                    self.prompt_feat.to(self.device),
+                    self.embedding.to(self.device),
+                )
+            self._hift_stream = CausalHiftStream(self.hift)
+
+    def close(self) -> None:
+        """The take ended (done, cancelled or failed): its cached flow and vocoder state go."""
+        for stream in (self._flow_stream, self._hift_stream):
+            if stream is not None:
+                stream.close()
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of device state the take holds now."""
+        return sum(s.state_bytes for s in (self._flow_stream, self._hift_stream) if s is not None)
+
+    # -- streaming schedule ----------------------------------------------------------------------
+    @property
+    def token_offset(self) -> int:
+        return self.schedule.token_offset
+
+    def tokens_needed(self) -> int:
+        return self.schedule.tokens_needed()
+
+    def ready(self, n_tokens: int) -> bool:
+        return self.streaming and n_tokens >= self.tokens_needed()
+
+    # -- rendering -------------------------------------------------------------------------------
+    def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
+        """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
+        speech, times = self._render(tokens[: self.tokens_needed()], finalize=False)
+        self.schedule.advance()
+        return speech, times
+
+    def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
+        """Render everything after the last streamed chunk (the whole take when not streaming)."""
+        return self._render(tokens, finalize=True)
+
+    @torch.inference_mode()
+    def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
+        times = StageTimes()
+        started = time.perf_counter()
+        token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
+        with self._precision():
+            if self._flow_stream is not None:
+                mel = self._flow_stream.mel(token, finalize)
+            else:
+                mel = self._offline_mel(token)
+            mel = self._speed(mel.float())
+            times.flow = time.perf_counter() - started
+            started = time.perf_counter()
+            if self._hift_stream is not None:
+                speech = self._hift_stream.push(mel, finalize)
+            elif mel.shape[2] > 0:
+                speech, _ = self.hift.inference(mel, finalize=True)
+            else:
+                speech = torch.zeros(1, 0, device=self.device)
+        speech = speech.float().cpu()
+        times.hift = time.perf_counter() - started
+        return speech, times
+
+    def _offline_mel(self, token: torch.Tensor) -> torch.Tensor:
+        if token.shape[1] == 0:
+            return torch.zeros(1, 80, 0, device=self.device)
+        device = self.device
+        mel, _ = self.flow.inference(
+            token=token,
+            token_len=torch.tensor([token.shape[1]], dtype=torch.int32, device=device),
+            prompt_token=self.prompt_token.to(device),
+            prompt_token_len=torch.tensor([self.prompt_token.shape[1]], dtype=torch.int32, device=device),
+            prompt_feat=self.prompt_feat.to(device),
+            prompt_feat_len=torch.tensor([self.prompt_feat.shape[1]], dtype=torch.int32, device=device),
+            embedding=self.embedding.to(device),
+            streaming=False,
+            finalize=True,
+        )
+        return mel
+
+    def _speed(self, mel: torch.Tensor) -> torch.Tensor:
+        """``speed`` stretches each chunk's mel (upstream applies it to offline takes only)."""
+        if self.speed != 1.0 and mel.shape[2] > 0:
+            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
+        return mel
+
+    def _precision(self):
+        """float16 autocast when the take asked for fp16 on CUDA (upstream's)."""
+        if self.fp16 and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return nullcontext()
+
+
+def take_state_bytes(flow: torch.nn.Module, prompt_frames: int, max_tokens: int) -> int:
+    """What a streamed take's flow state can grow to: keys and values of every DiT block for every mel frame
+    (prompt and take), Euler step and guidance row, in the flow's dtype."""
+    estimator = flow.decoder.estimator
+    blocks = len(estimator.transformer_blocks)
+    width = estimator.proj_out.in_features
+    element = next(flow.parameters()).element_size()
+    frames = prompt_frames + max_tokens * int(flow.token_mel_ratio)
+    return frames * blocks * 2 * width * CFG_ROWS * DEFAULT_STEPS * element
+

@@ -1,0 +1,91 @@
+"""The public CosyVoice3 API: upstream's ``CosyVoice3`` entry points on our runtime.
+
+It is the CosyVoice2 class with CosyVoice3's prompt formats and take parts. CosyVoice3's LM was trained
+with a system prompt ending in ``<|endofprompt|>`` before the prompt transcript, the instruction, or (in
+cross-lingual takes) the text itself; upstream asks every caller to write it (its LM refuses text without
+``<|endofprompt|>``). Here a transcript or instruction without it gets upstream's own system prompt, so the
+studio's fields stay plain text; text that already holds ``<|endofprompt|>`` is taken as the caller wrote it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import torch
+
+from studio.model_layout import COSYVOICE3
+from studio.request import Mode
+from studio.tts.cosyvoice2 import END_OF_PROMPT, CosyVoice2
+from studio.tts.cosyvoice3.token2wav import DiTWavStream, take_state_bytes
+from studio.tts.errors import SynthesisError
+from studio.tts.synthesis import PromptConditioning, SynthesisSpec
+
+#: Upstream's system prompt (its examples and its instruct format start with it).
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+class CosyVoice3(CosyVoice2):
+    """Fun-CosyVoice3-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice3``."""
+
+    family = COSYVOICE3
+
+    def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
+        spec.validate()
+        prompt = self._prepare_prompt(spec)
+        if END_OF_PROMPT in spec.text and spec.mode is Mode.CROSS_LINGUAL:
+            prompt.prompt_text_ids = []  # upstream's format: the system prompt is in the text itself
+        self._check_end_of_prompt(prompt, spec.text)
+        return super()._run(spec, prompt)
+
+    def _check_end_of_prompt(self, prompt: PromptConditioning, text: str) -> None:
+        """CosyVoice3's LM needs ``<|endofprompt|>`` in its prompt text or text (upstream asserts it)."""
+        marker = self._encode(END_OF_PROMPT)
+        if (marker and marker[-1] in prompt.prompt_text_ids) or END_OF_PROMPT in text:
+            return
+        raise SynthesisError(
+            f"CosyVoice3 needs {END_OF_PROMPT} in the prompt text or the text; this saved voice's "
+            "transcript lacks it (save the voice again with this model)",
+            field="prompt_text",
+        )
+
+    def _prompt_text_ids(self, prompt_text: str, text_frontend: bool) -> list[int]:
+        if END_OF_PROMPT in prompt_text:
+            return self._encode(prompt_text)
+        return self._encode(SYSTEM_PROMPT + END_OF_PROMPT) + super()._prompt_text_ids(prompt_text, text_frontend)
+
+    def _cross_lingual_text_ids(self) -> list[int]:
+        return self._encode(SYSTEM_PROMPT + END_OF_PROMPT)
+
+    def _instruct_ids(self, instruct_text: str) -> list[int]:
+        if END_OF_PROMPT in instruct_text:
+            return super()._instruct_ids(instruct_text)
+        return self._encode(f"{SYSTEM_PROMPT} {instruct_text.strip()}{END_OF_PROMPT}")
+
+    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> None:
+        """Nothing to warm: CosyVoice3's flow keeps no prompt cache."""
+
+    def token2wav_stream(
+        self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
+    ) -> DiTWavStream:
+        return DiTWavStream(
+            flow=self.model.flow,
+            hift=self.model.hift,
+            prompt_token=prompt.flow_token,
+            prompt_feat=prompt.flow_feat,
+            embedding=prompt.embedding,
+            streaming=spec.stream,
+            speed=float(spec.speed),
+            fp16=self.fp16,
+            token_hop_len=self.token_hop_len,
+            first_hop=spec.first_hop_tokens,
+        )
+
+    def token_filter(self) -> Callable[[int], bool] | None:
+        """At most five silent or breath tokens in a row are kept (upstream's ``llm_job``)."""
+        from studio.tts.cosyvoice3.llm import SilentRunLimiter
+
+        return SilentRunLimiter(self.model.llm.silent_tokens).keep
+
+    def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
+        return take_state_bytes(self.model.flow, prompt_frames, max_tokens)
