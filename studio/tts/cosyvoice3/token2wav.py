@@ -162,4 +162,3 @@ def take_state_bytes(flow: torch.nn.Module, prompt_frames: int, max_tokens: int)
     element = next(flow.parameters()).element_size()
     frames = prompt_frames + max_tokens * int(flow.token_mel_ratio)
     return frames * blocks * 2 * width * CFG_ROWS * DEFAULT_STEPS * element
-
