@@ -52,7 +52,8 @@ class CosyVoice3(CosyVoice2):
     def _prompt_text_ids(self, prompt_text: str, text_frontend: bool) -> list[int]:
         if END_OF_PROMPT in prompt_text:
             return self._encode(prompt_text)
-        return self._encode(SYSTEM_PROMPT + END_OF_PROMPT) + super()._prompt_text_ids(prompt_text, text_frontend)
+        transcript = super()._prompt_text_ids(prompt_text, text_frontend)
+        return self._encode(SYSTEM_PROMPT + END_OF_PROMPT) + transcript
 
     def _cross_lingual_text_ids(self) -> list[int]:
         return self._encode(SYSTEM_PROMPT + END_OF_PROMPT)
