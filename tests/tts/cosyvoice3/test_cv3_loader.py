@@ -160,3 +160,21 @@ def test_a_yaml_naming_an_unknown_tokenizer_is_named(tiny_cosyvoice3_dir, tmp_pa
     _replace(folder / "cosyvoice3.yaml", text.replace("version: cosyvoice3", "version: cosyvoice9").encode())
     with pytest.raises(ConfigError, match=r"cosyvoice3\.yaml: get_tokenizer: unknown tokenizer version"):
         validate_folder(folder)
+
+
+def test_without_its_backbone_the_cosyvoice3_lm_keeps_its_embeddings_and_head(tiny_cosyvoice3_dir):
+    from studio.tts.loader import load_llm, read_folder_config
+
+    config = read_folder_config(tiny_cosyvoice3_dir)
+    full = load_llm(tiny_cosyvoice3_dir, config, torch.device("cpu"))
+    lean = load_llm(tiny_cosyvoice3_dir, config, torch.device("cpu"), backbone=False)
+    assert len(lean.llm.model.model.layers) == 0 and len(full.llm.model.model.layers) == 2
+    kept = lean.state_dict()
+    assert {"speech_embedding.weight", "llm_decoder.weight", "llm.model.model.embed_tokens.weight"} <= set(
+        kept
+    )
+    assert all(torch.equal(tensor, full.state_dict()[name]) for name, tensor in kept.items())
+    text, speech = [1, 2, 3], [4, 5]
+    assert torch.equal(
+        lean.build_prompt_embeds(text, [7], speech), full.build_prompt_embeds(text, [7], speech)
+    )
