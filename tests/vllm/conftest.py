@@ -83,3 +83,15 @@ def cosyvoice3_vllm(tmp_path_factory):
         backend = create_vllm_backend(lm, folder, **TINY_VLLM_OPTIONS)
     yield lm, backend
     backend.close()
+
+
+@pytest.fixture(scope="module")
+def cosyvoice3_voices(tiny_cosyvoice3_dir, tmp_path_factory):
+    """`CosyVoice3(tiny, load_vllm=True)` and `CosyVoice3(tiny)` on the PyTorch path; vLLM closed at the end."""
+    pytest.importorskip("vllm")
+    from studio.tts.cosyvoice3.voice import CosyVoice3
+
+    with private_cache(tmp_path_factory):
+        on_vllm = CosyVoice3(tiny_cosyvoice3_dir, load_vllm=True, **TINY_VLLM_OPTIONS)
+    yield on_vllm, CosyVoice3(tiny_cosyvoice3_dir)
+    on_vllm.backend.close()
