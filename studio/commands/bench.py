@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from studio.commands.vram_sampler import VramSampler
+from studio.model_layout import family_of
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the studio keeps reading without a pause."
 
@@ -400,6 +401,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = {
         "model": str(args.model),
+        "family": family_of(args.model).name,
         "tokens_per_take": args.tokens,
         "stream": args.stream,
         "runs": args.runs,

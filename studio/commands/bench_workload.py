@@ -20,6 +20,7 @@ from pathlib import Path
 
 from studio import workloads
 from studio.commands.vram_sampler import VramSampler
+from studio.model_layout import family_of
 
 GIB = 2**30
 OPEN_LOOP_LEVEL_S = 60.0  # open loop without --takes: a minute of arrivals per rate
@@ -230,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "voices": args.voices,
         "model": str(args.model),
+        "family": family_of(args.model).name,
         "stream": args.stream,
         "fp16": args.fp16,
         "warmup_rounds": args.warmup_rounds,
