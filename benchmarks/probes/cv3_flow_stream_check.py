@@ -5,8 +5,9 @@ of 1024; full: cosyvoice3.yaml's 22 of 1024), then streams one take on upstream'
 a first hop that fills the prompt's last chunk and one more, then 50, then 100 tokens per hop, each call
 with 3 lookahead tokens) through `DiTFlowStream`, and, unless --no-rerun, through the re-run
 `flow.inference(prompt + all tokens so far, streaming=True)`. Prints, per hop, where the take stands (s of
-audio), the stream's ms per 25-token chunk of new audio (the fastest of --repeat takes), its state in MB
-after the call (freed by the finalizing one), the re-run's ms per chunk and their largest difference.
+audio), the stream's ms per 25-token chunk of new audio (the fastest of --repeat takes; CPU time on the
+CPU, see `timed`), its state in MB after the call (freed by the finalizing one), the re-run's ms per
+chunk and their largest difference. The first hop also computes the prompt's frames.
 
 Usage: python benchmarks/probes/cv3_flow_stream_check.py [--size tiny|mid|full] [--seconds 60]
        [--device cpu|cuda] [--dtype float32|float16] [--threads 1] [--repeat 3] [--no-rerun]
@@ -73,13 +74,16 @@ def schedule(prompt_tokens: int, tokens: int) -> list[int]:
 
 
 def timed(call, device: str) -> tuple[torch.Tensor, float]:
+    """(call's result, seconds): on the CPU the calling thread's CPU time (with one intra-op thread all
+    the work runs there, and other processes on shared cores do not inflate it), else wall time."""
+    clock = time.thread_time if device == "cpu" else time.perf_counter
     if device == "cuda":
         torch.cuda.synchronize()
-    begin = time.perf_counter()
+    begin = clock()
     out = call()
     if device == "cuda":
         torch.cuda.synchronize()
-    return out, time.perf_counter() - begin
+    return out, clock() - begin
 
 
 def stream_take(flow, prompt_token, prompt_feat, embedding, tokens, counts, device) -> list[tuple]:

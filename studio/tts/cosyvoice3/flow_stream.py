@@ -172,6 +172,7 @@ class DiTFlowStream:
         return new
 
     # -- the solve -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
     def _initial_state(self, embedding: torch.Tensor) -> DiTStreamState:
         dit, rows, steps = self.estimator, CFG_ROWS, self.n_timesteps
         blocks = dit.transformer_blocks
