@@ -82,10 +82,10 @@ class HiftStreamState:
 class CausalHiftStream:
     """Vocodes one take pushed as mel chunks; each push returns only the new waveform samples.
 
-    The samples returned so far equal `hift.inference(all mel so far, finalize)` up to the samples already
-    returned (upstream's re-run), up to float rounding. `last_network_frames` and `last_f0_frames` say how
-    many mel frames the last push ran the generator and the F0 predictor on: the push's new frames plus a
-    fixed context, whatever the take's length.
+    After each push, the samples returned so far equal `hift.inference(all mel so far, finalize)` (upstream's
+    re-run) up to float rounding. `last_network_frames` and `last_f0_frames` say how many mel frames the last
+    push ran the generator and the F0 predictor on: the push's new frames plus a fixed context, whatever the
+    take's length. The take's state is one `HiftStreamState` on the generator's device.
     """
 
     def __init__(self, hift: CausalHiFTGenerator):
@@ -170,7 +170,7 @@ class CausalHiftStream:
         first = max(0, begin - hift.f0_predictor.look_back)
         window = state.mel[:, :, first - state.mel_start :]
         f0 = hift.predict_f0(window, finalize)[:, begin - first :]
-        start = state.cycles[:, -1] if state.cycles.shape[1] else None
+        start = state.cycles[:, -1] if begin else None  # the phase after the frame before, kept for this
         cycles = hift.m_source.cycles(f0, start)
         state.f0 = torch.cat([state.f0, f0], dim=1)
         state.cycles = torch.cat([state.cycles, cycles], dim=1)
