@@ -27,7 +27,8 @@ class ModelFamily:
 
     A folder belongs to the family whose yaml it holds; the other files keep their names across
     families except the speech tokenizer. ``tokenizer_version`` is the text tokenizer the family's yaml
-    names (`get_tokenizer`'s ``version``).
+    names (`get_tokenizer`'s ``version``), ``prompt_mel_fmax`` the top frequency of its prompt mel (the
+    official yaml's `feat_extractor` ``fmax``; None: half the sample rate).
     """
 
     name: str
@@ -35,6 +36,7 @@ class ModelFamily:
     yaml_file: str
     speech_tokenizer_file: str
     tokenizer_version: str
+    prompt_mel_fmax: float | None
 
     @property
     def required_files(self) -> tuple[str, ...]:
@@ -55,9 +57,11 @@ class ModelFamily:
         return f"{self.name} folder ({self.model})"
 
 
-COSYVOICE2 = ModelFamily("CosyVoice2", "CosyVoice2-0.5B", YAML_FILE, SPEECH_TOKENIZER_FILE, "cosyvoice2")
+COSYVOICE2 = ModelFamily(
+    "CosyVoice2", "CosyVoice2-0.5B", YAML_FILE, SPEECH_TOKENIZER_FILE, "cosyvoice2", 8000.0
+)
 COSYVOICE3 = ModelFamily(
-    "CosyVoice3", "Fun-CosyVoice3-0.5B", "cosyvoice3.yaml", "speech_tokenizer_v3.onnx", "cosyvoice3"
+    "CosyVoice3", "Fun-CosyVoice3-0.5B", "cosyvoice3.yaml", "speech_tokenizer_v3.onnx", "cosyvoice3", None
 )
 #: The families the studio runs, in the order a folder holding several yamls is read as.
 FAMILIES = (COSYVOICE2, COSYVOICE3)

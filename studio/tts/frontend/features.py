@@ -111,8 +111,11 @@ def whisper_log_mel(wav16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     return (log_spec + 4.0) / 4.0
 
 
-def flow_mel(wav24k: torch.Tensor) -> torch.Tensor:
-    """The flow's 80-bin log-mel of 24 kHz audio -> [1, 80, T], T = N // 480 (reflect-padded, center=False)."""
+def flow_mel(wav24k: torch.Tensor, fmax: float | None = FLOW_MEL["fmax"]) -> torch.Tensor:
+    """The flow's 80-bin log-mel of 24 kHz audio -> [1, 80, T], T = N // 480 (reflect-padded, center=False).
+
+    ``fmax`` is the yaml's ``feat_extractor`` top frequency: 8000 for CosyVoice2, None (half the rate) for
+    CosyVoice3."""
     wav = _mono(wav24k, "flow_mel")
     p = FLOW_MEL
     pad = (p["n_fft"] - p["hop_size"]) // 2
@@ -132,5 +135,6 @@ def flow_mel(wav24k: torch.Tensor) -> torch.Tensor:
         return_complex=True,
     )
     magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
-    basis = mel_filters(p["sampling_rate"], p["n_fft"], p["num_mels"], float(p["fmin"]), float(p["fmax"]))
+    top = None if fmax is None else float(fmax)
+    basis = mel_filters(p["sampling_rate"], p["n_fft"], p["num_mels"], float(p["fmin"]), top)
     return torch.log(torch.clamp(basis.to(wav.device) @ magnitude, min=1e-5))

@@ -22,7 +22,7 @@ import torch
 from studio import envs
 from studio.recent import RecentlyUsed
 from studio.request import MAX_PROMPT_SECONDS
-from studio.tts.frontend.features import flow_mel
+from studio.tts.frontend.features import FLOW_MEL, flow_mel
 from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
 from studio.tts.frontend.text import TextFrontend
 
@@ -94,8 +94,10 @@ class Frontend:
         speech_tokenizer: SpeechTokenizer,
         device: torch.device | str = "cpu",
         max_cached_prompts: int | None = None,
+        flow_mel_fmax: float | None = FLOW_MEL["fmax"],
     ) -> None:
         self.text = text
+        self.flow_mel_fmax = flow_mel_fmax  # the yaml's feat_extractor fmax (CosyVoice3: None)
         self.speaker_embedder = speaker_embedder
         self.speech_tokenizer = speech_tokenizer
         self.device = torch.device(device)
@@ -152,7 +154,7 @@ class Frontend:
                 )
             speech_token = self.speech_tokenizer.tokenize(wav16k)
             embedding = self.speaker_embedder.embed(wav16k)
-            speech_feat = flow_mel(wav24k).squeeze(0).transpose(0, 1).unsqueeze(0)
+            speech_feat = flow_mel(wav24k, self.flow_mel_fmax).squeeze(0).transpose(0, 1).unsqueeze(0)
             token_len = min(speech_feat.shape[1] // 2, speech_token.shape[1])
             if token_len == 0:
                 raise ValueError(f"prompt audio is too short ({seconds:.2f} s) to yield speech tokens")

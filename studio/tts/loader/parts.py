@@ -106,19 +106,19 @@ def load_hift(model_dir: Path, config: ModelConfig, device: torch.device) -> tor
 def load_frontend(model_dir: Path, device: torch.device, config: ModelConfig | None = None) -> Any:
     """The tokenizer and the two ONNX prompt models (on the CPU: they run once per new voice).
 
-    The tokenizer's special tokens are those of the yaml's `get_tokenizer` version (as upstream picks them),
-    or, without ``config``, of the folder's family; the speech tokenizer is the family's file."""
+    The tokenizer's special tokens are those of the yaml's `get_tokenizer` version (as upstream picks them)
+    and the prompt mel's top frequency its `feat_extractor`'s; without ``config``, the folder's family's. The
+    speech tokenizer is the family's file."""
     from studio.tts.frontend.onnx_models import SpeakerEmbedder, SpeechTokenizer
     from studio.tts.frontend.prompt import Frontend
     from studio.tts.frontend.special_tokens import special_tokens_for
     from studio.tts.frontend.text import TextFrontend
 
     family = family_of(model_dir)
-    special_tokens = (
-        tokenizer_special_tokens(config)
-        if config is not None
-        else special_tokens_for(family.tokenizer_version)
-    )
+    if config is not None:
+        special_tokens, fmax = tokenizer_special_tokens(config), config.prompt_mel_fmax
+    else:
+        special_tokens, fmax = special_tokens_for(family.tokenizer_version), family.prompt_mel_fmax
     for name in ("vocab.json", "tokenizer_config.json"):  # the tokenizer's own errors do not name the file
         check_json(model_dir / BLANKEN_DIR / name)
     return Frontend(
@@ -130,6 +130,7 @@ def load_frontend(model_dir: Path, device: torch.device, config: ModelConfig | N
         open_part(model_dir / CAMPPLUS_FILE, "the CAM++ speaker model", SpeakerEmbedder),
         open_part(model_dir / family.speech_tokenizer_file, "the speech tokenizer", SpeechTokenizer),
         device,
+        flow_mel_fmax=fmax,
     )
 
 

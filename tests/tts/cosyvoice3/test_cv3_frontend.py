@@ -97,3 +97,20 @@ def test_the_speech_tokenizer_feeds_its_inputs_by_position_whatever_their_names(
     expected = SpeechTokenizer(named).run(log_mel)
     assert expected.shape == (1, 10)
     assert torch.equal(SpeechTokenizer(renamed).run(log_mel), expected)
+
+
+def test_the_prompt_mel_reaches_the_nyquist_frequency_as_cosyvoice3_yaml_says(
+    tiny_cosyvoice3_dir, tiny_model_dir
+):
+    """cosyvoice3.yaml's feat_extractor has fmax null (CosyVoice2's: 8000): the flow's prompt mel differs."""
+    from studio.tts.frontend.features import flow_mel
+
+    cv3 = load_frontend(tiny_cosyvoice3_dir, torch.device("cpu"))
+    cv2 = load_frontend(tiny_model_dir, torch.device("cpu"))
+    assert (cv3.flow_mel_fmax, cv2.flow_mel_fmax) == (None, 8000.0)
+    t = np.arange(24000) / 24000
+    wav = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.1 * np.sin(2 * np.pi * 9000 * t)).astype(np.float32)
+    feat = cv3.prompt_features(wav, 24000).speech_feat
+    expected = flow_mel(torch.from_numpy(wav), None)[0].transpose(0, 1)
+    torch.testing.assert_close(feat.reshape(expected.shape), expected)
+    assert not torch.allclose(expected, flow_mel(torch.from_numpy(wav), 8000)[0].transpose(0, 1))
