@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from studio.model_layout import FLOW_FILE, HIFT_FILE
+from studio.model_layout import COSYVOICE2, FLOW_FILE, HIFT_FILE
 from studio.tts.device.vram_budget import VramPlan, cap_process, plan_for_device
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.take_gate import TakeGate
@@ -49,9 +49,10 @@ def plan_before_vllm(
 
 
 def enforce_budget(plan: VramPlan, parts) -> TakeGate:
-    """Cap this process, size the flow's arena and admit takes against the plan."""
+    """Cap this process, size the flow's arena (CosyVoice2's batched solve) and admit takes against the plan."""
     cap_process(plan, parts.device)
-    solver_for(parts.flow.decoder).budget_bytes = plan.flow_arena
+    if parts.family == COSYVOICE2:
+        solver_for(parts.flow.decoder).budget_bytes = plan.flow_arena
     log.info("%s", plan.describe())
     return TakeGate(plan.takes)
 

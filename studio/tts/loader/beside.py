@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from studio import envs
-from studio.model_layout import SPK2INFO_FILE, family_of
+from studio.model_layout import COSYVOICE2, SPK2INFO_FILE, family_of
 from studio.tts.device.fork_gate import ForkGate
 from studio.tts.loader.folder import check_folder, load_spk2info, read_folder_config
 from studio.tts.loader.parts import (
@@ -69,7 +69,7 @@ def load_model_folder_beside(
     if fp16 and device.type != "cuda":
         log.info("fp16 needs a CUDA device; running in float32 on %s", device)
         fp16 = False
-    config = read_folder_config(model_dir)
+    config, family = read_folder_config(model_dir), family_of(model_dir)
     forks = beside_forks(device) if callable(beside_forks) else beside_forks
     if forks and torch.cuda.is_initialized():
         log.warning("CUDA was initialised here before vLLM started: vLLM spawns its engine process (slower)")
@@ -87,9 +87,10 @@ def load_model_folder_beside(
             if fp16:
                 llm.half()
                 flow.half()
-            if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
+            if device.type == "cuda" and envs.CUDA_GRAPHS.enabled() and family == COSYVOICE2:
                 # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU:
                 # replaying captured graphs makes them several times faster with identical output.
+                # They are CosyVoice2's (U-Net, HiFT); CosyVoice3's DiT and causal HiFT run eagerly.
                 attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
             loaded["parts"] = ModelParts(
                 model_dir=model_dir,
@@ -100,7 +101,7 @@ def load_model_folder_beside(
                 frontend=load_frontend(model_dir, device, config),
                 device=device,
                 fp16=fp16,
-                family=family_of(model_dir),
+                family=family,
                 spk2info=load_spk2info(model_dir / SPK2INFO_FILE),
             )
             log.info(
