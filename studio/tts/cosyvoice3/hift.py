@@ -155,11 +155,10 @@ class CausalSineSource(nn.Module):
 
     The additive noise is fixed per model, as upstream: a table [1, samples, harmonics] uniform in [0, 1),
     indexed by the sample's position in the take (outside the state dict; `set_noise` replaces it). As
-    upstream's, it is a plain float32 attribute, so casting the model leaves it exact; it moves to the F0's
-    device when used.
-    It is drawn from a generator seeded `noise_seed`, only as far as the longest take so far needs (upstream
-    holds 300 s, 259 MB, per model): the generator fills a table in order, so a sample's noise is the same
-    whatever the table's length.
+    upstream's, it is float32 whatever the model is cast to, and it moves to the F0's device when used. It is
+    drawn from a generator seeded `noise_seed`, one second at a time and only as far as the longest take so far
+    needs (upstream holds 300 s, 259 MB, per model): the generator fills a table in order, so a sample's noise
+    is the same however far the table was drawn, and a stream's push draws at most the seconds it reaches.
     """
 
     def __init__(
@@ -184,40 +183,57 @@ class CausalSineSource(nn.Module):
         self.l_linear = nn.Linear(harmonic_num + 1, 1)
         self.noise_samples = noise_samples
         self.noise_seed = noise_seed
+        # the table as consecutive blocks: one per second drawn, or the one table given to set_noise
+        self._noise_blocks: list[torch.Tensor] = []
+        self._noise_generator: torch.Generator | None = None
         self._noise_given = False
-        self.noise = torch.zeros(1, 0, harmonic_num + 1)
 
     @property
     def harmonics(self) -> int:
         return self.l_linear.in_features
 
-    def _draw_noise(self, samples: int) -> None:
-        """Make the noise table at least `samples` long (whole seconds, at most `noise_samples`)."""
-        length = min(self.noise_samples, math.ceil(samples / self.sampling_rate) * self.sampling_rate)
-        generator = torch.Generator().manual_seed(self.noise_seed)
-        noise = torch.rand(1, length, self.harmonics, generator=generator)
-        self.noise = noise.to(self.noise.device)
+    @property
+    def noise(self) -> torch.Tensor:
+        """The noise table drawn (or given) so far [1, samples, harmonics]."""
+        if not self._noise_blocks:
+            return torch.zeros(1, 0, self.harmonics)
+        return torch.cat(self._noise_blocks, dim=1)
 
     def set_noise(self, noise: torch.Tensor) -> None:
         """Use this fixed noise table [1, samples, harmonics] from now on."""
         if noise.dim() != 3 or noise.shape[0] != 1 or noise.shape[2] != self.harmonics:
             raise ValueError(f"noise must be [1, samples, {self.harmonics}], not {list(noise.shape)}")
-        self.noise = noise.detach().to(device=self.noise.device, dtype=torch.float32).clone()
+        self._noise_blocks = [noise.detach().to(torch.float32).clone()]
         self._noise_given = True
 
     def _noise_at(self, first_sample: int, samples: int, device: torch.device) -> torch.Tensor:
         end = first_sample + samples
-        if end > self.noise.shape[1]:
-            limit = self.noise.shape[1] if self._noise_given else self.noise_samples
-            if end > limit:
-                raise ValueError(
-                    f"CausalSineSource: the take reaches sample {end}, past the fixed noise table's {limit} "
-                    f"({limit / self.sampling_rate:.1f} s); build the model with more noise_seconds"
-                )
-            self._draw_noise(end)
-        if self.noise.device != device:
-            self.noise = self.noise.to(device)
-        return self.noise[:, first_sample:end]
+        if samples == 0:
+            return torch.zeros(1, 0, self.harmonics, device=device)
+        second = self.sampling_rate
+        drawn = sum(block.shape[1] for block in self._noise_blocks)
+        limit = drawn if self._noise_given else self.noise_samples
+        if end > limit:
+            raise ValueError(
+                f"CausalSineSource: the take reaches sample {end}, past the fixed noise table's {limit} "
+                f"({limit / second:.1f} s); build the model with more noise_seconds"
+            )
+        if self._noise_generator is None:
+            self._noise_generator = torch.Generator().manual_seed(self.noise_seed)
+        while drawn < end:
+            length = min(second, self.noise_samples - drawn)
+            block = torch.rand(1, length, self.harmonics, generator=self._noise_generator)
+            self._noise_blocks.append(block)
+            drawn += length
+        if self._noise_blocks[0].device != device:
+            self._noise_blocks = [block.to(device) for block in self._noise_blocks]
+        if self._noise_given:
+            return self._noise_blocks[0][:, first_sample:end]
+        first_block = first_sample // second
+        blocks = self._noise_blocks[first_block : (end - 1) // second + 1]
+        table = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+        offset = first_block * second
+        return table[:, first_sample - offset : end - offset]
 
     def cycles(self, f0: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
         """f0 [B, T] Hz per mel frame -> each harmonic's running phase in cycles after each frame

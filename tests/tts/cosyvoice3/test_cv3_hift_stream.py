@@ -91,18 +91,34 @@ def test_the_waveform_is_not_trivial(hift):
     assert 0.05 < float(speech.abs().max()) < 0.99
 
 
-def test_work_per_push_does_not_grow_with_the_take(hift):
+def test_work_per_push_does_not_grow_with_the_take(hift, monkeypatch):
     """Over 60 pushes of 10 frames the generator and the F0 predictor run on the same number of frames at
-    every push once the take is longer than the left context, and the state stays the same size."""
+    every push once the take is longer than the left context, the state stays the same size, and the source
+    draws at most one new second of its fixed noise per push (never the table from its start again)."""
     chunk, pushes = 10, 60
     mel = torch.randn(1, 80, chunk * pushes, generator=torch.Generator().manual_seed(5))
+    rand = torch.rand
+    drawn: list[int] = []
+
+    def counting_rand(*args, **kwargs):
+        values = rand(*args, **kwargs)
+        drawn.append(values.numel())
+        return values
+
+    monkeypatch.setattr(torch, "rand", counting_rand)
     stream = CausalHiftStream(hift)
-    network, f0, state = [], [], []
+    network, f0, state, noise = [], [], [], []
     for index in range(pushes):
+        drawn.clear()
         stream.push(mel[:, :, index * chunk : (index + 1) * chunk], index == pushes - 1)
         network.append(stream.last_network_frames)
         f0.append(stream.last_f0_frames)
         state.append(stream.state_bytes)
+        noise.append(sum(drawn))
+    assert max(noise) <= hift.sampling_rate * hift.m_source.harmonics
+    assert (
+        sum(noise) >= (chunk * pushes * SAMPLES_PER_FRAME - 4 * hift.sampling_rate) * 9
+    )  # drawn, not reused
     warm = (stream.look_back + hift.finalize_trim_frames) // chunk + 2
     steady = slice(warm, pushes - 1)  # the finalizing push runs the 3 look-right frames more
     # new frames, the left context, and the 5 frames of look-right conv_pre and the iSTFT leave open
