@@ -92,3 +92,17 @@ def test_the_engine_can_live_on_a_server(qtbot):
     assert dialog.result_settings().engine_url == ""
     with pytest.raises(ValueError, match="http"):
         Settings(engine_url="gpu-box:8080")
+
+
+def test_the_model_folder_row_names_the_folders_family(qtbot, tmp_path, tiny_model_dir, tiny_cosyvoice3_dir):
+    dialog = SettingsDialog(Settings(model_dir=str(tiny_cosyvoice3_dir)))
+    qtbot.addWidget(dialog)
+    kind = dialog.pages[0].model_kind
+    assert kind.text() == "A CosyVoice3 folder (Fun-CosyVoice3-0.5B)"
+    dialog.model_dir.setText(str(tiny_model_dir))
+    assert kind.text() == "A CosyVoice2 folder (CosyVoice2-0.5B)"
+    (tmp_path / "cosyvoice3.yaml").write_text("{}")
+    dialog.model_dir.setText(str(tmp_path))
+    assert kind.text().startswith("An incomplete CosyVoice3 folder") and "llm.pt" in kind.text()
+    dialog.model_dir.setText(str(tmp_path / "nowhere"))
+    assert kind.text() == "Not a folder"

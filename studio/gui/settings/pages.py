@@ -3,6 +3,8 @@ names each after the field it edits (``editors``), and gives back the edited fie
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtMultimedia import QMediaDevices
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (
 from studio.asr import DEFAULT_ASR_MODEL, SMALLER_ASR_MODELS
 from studio.audio.export import OUTPUT_RATES
 from studio.gui.settings.editors import device_combo, folder_row, option_value, option_widget
+from studio.model_layout import COSYVOICE2, COSYVOICE3, folder_family, missing_files
 from studio.request import FAST_FIRST_HOP_TOKENS
 from studio.settings import BACKENDS, Settings
 from studio.vllm_options import VLLM_OPTIONS
@@ -50,9 +53,33 @@ class FoldersPage(SettingsPage):
         self.model_dir = self._editor("model_dir", QLineEdit(settings.model_dir))
         self.output_dir = self._editor("output_dir", QLineEdit(settings.output_dir))
         self.output_dir.setPlaceholderText(str(settings.resolved_output_dir()))
-        self.form.addRow("Model folder", folder_row(self.model_dir, "CosyVoice2 model folder"))
+        self.form.addRow("Model folder", folder_row(self.model_dir, "CosyVoice2 or CosyVoice3 model folder"))
+        self.model_kind = QLabel()  # which family the folder is, or what it lacks
+        self.model_kind.setWordWrap(True)
+        self.model_kind.setObjectName("Hint")
+        self.form.addRow("", self.model_kind)
+        self.model_dir.textChanged.connect(self._describe_model)
+        self._describe_model(self.model_dir.text())
         self.form.addRow("Takes folder", folder_row(self.output_dir, "Folder for takes"))
         self.form.addRow("Exports", self._export_row(settings))
+
+    def _describe_model(self, text: str) -> None:
+        """Name the folder's model family, or say what keeps it from loading."""
+        folder = text.strip()
+        if not folder:
+            self.model_kind.setText("No model folder chosen")
+            return
+        family, missing = folder_family(folder), missing_files(folder)
+        if not Path(folder).expanduser().is_dir():
+            self.model_kind.setText("Not a folder")
+        elif family is None:
+            self.model_kind.setText(
+                f"Not a model folder: no {COSYVOICE2.yaml_file} or {COSYVOICE3.yaml_file}"
+            )
+        elif missing:
+            self.model_kind.setText(f"An incomplete {family.folder_kind}: missing {', '.join(missing)}")
+        else:
+            self.model_kind.setText(f"A {family.folder_kind}")
 
     def _export_row(self, settings: Settings) -> QWidget:
         """The rate and loudness of exported takes (one row: the dialog fits 1280x720)."""
