@@ -1,4 +1,5 @@
-"""``cosyvoice-studio download``: fetch FunAudioLLM/CosyVoice2-0.5B with progress and resume.
+"""``cosyvoice-studio download``: fetch FunAudioLLM/CosyVoice2-0.5B (or, with ``--family cosyvoice3``,
+FunAudioLLM/Fun-CosyVoice3-0.5B-2512) with progress and resume.
 
 Tries huggingface_hub, then modelscope when it is installed. Each hub is probed first with a short
 timeout, so with no network (or a blocked hub) the command fails within seconds with a clear message.
@@ -13,8 +14,16 @@ import os
 import sys
 from pathlib import Path
 
-REPO_ID = "FunAudioLLM/CosyVoice2-0.5B"
-MODELSCOPE_ID = "iic/CosyVoice2-0.5B"
+#: Each family's official release: its Hugging Face repository, its ModelScope one, the default folder name.
+RELEASES = {
+    "cosyvoice2": ("FunAudioLLM/CosyVoice2-0.5B", "iic/CosyVoice2-0.5B", "CosyVoice2-0.5B"),
+    "cosyvoice3": (
+        "FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+        "iic/Fun-CosyVoice3-0.5B-2512",
+        "Fun-CosyVoice3-0.5B-2512",
+    ),
+}
+REPO_ID, MODELSCOPE_ID, _ = RELEASES["cosyvoice2"]
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -25,8 +34,14 @@ class HubUnreachable(Exception):
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "download",
-        help="download the CosyVoice2-0.5B model",
-        description=f"Download {REPO_ID} (huggingface_hub, then modelscope if installed); resumes.",
+        help="download the CosyVoice2-0.5B (or Fun-CosyVoice3-0.5B) model",
+        description="Download the official release (huggingface_hub, then modelscope if installed); resumes.",
+    )
+    parser.add_argument(
+        "--family",
+        choices=tuple(RELEASES),
+        default="cosyvoice2",
+        help="which model: cosyvoice2 (CosyVoice2-0.5B, the default) or cosyvoice3 (Fun-CosyVoice3-0.5B-2512)",
     )
     parser.add_argument("--to", metavar="DIR", help="target folder (default: the data folder's models/)")
     parser.add_argument(
@@ -41,10 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def default_target() -> Path:
+def default_target(family: str = "cosyvoice2") -> Path:
     from studio.settings import data_dir
 
-    return data_dir() / "models" / "CosyVoice2-0.5B"
+    return data_dir() / "models" / RELEASES[family][2]
 
 
 def probe(url: str, timeout: float) -> None:
@@ -62,19 +77,19 @@ def probe(url: str, timeout: float) -> None:
         raise HubUnreachable(f"{url} is not reachable ({reason})") from exc
 
 
-def from_huggingface(target: Path, timeout: float) -> None:
+def from_huggingface(target: Path, timeout: float, repo_id: str = REPO_ID) -> None:
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(int(max(1, timeout))))
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
     from huggingface_hub import constants, snapshot_download
 
     probe(constants.ENDPOINT, timeout)
     try:
-        snapshot_download(repo_id=REPO_ID, local_dir=str(target))
+        snapshot_download(repo_id=repo_id, local_dir=str(target))
     except Exception as exc:  # noqa: BLE001 - any hub failure becomes a clear message
         raise HubUnreachable(f"huggingface_hub failed: {type(exc).__name__}: {exc}") from exc
 
 
-def from_modelscope(target: Path, timeout: float) -> None:
+def from_modelscope(target: Path, timeout: float, repo_id: str = MODELSCOPE_ID) -> None:
     if importlib.util.find_spec("modelscope") is None:
         raise HubUnreachable("modelscope is not installed (pip install modelscope to try that hub)")
     from modelscope.hub.api import HubApi
@@ -82,13 +97,15 @@ def from_modelscope(target: Path, timeout: float) -> None:
 
     probe(HubApi().endpoint, timeout)
     try:
-        snapshot_download(MODELSCOPE_ID, local_dir=str(target))
+        snapshot_download(repo_id, local_dir=str(target))
     except Exception as exc:  # noqa: BLE001 - any hub failure becomes a clear message
         raise HubUnreachable(f"modelscope failed: {type(exc).__name__}: {exc}") from exc
 
 
 def run(args: argparse.Namespace) -> int:
-    target = Path(args.to).expanduser() if args.to else default_target()
+    family = getattr(args, "family", "cosyvoice2")
+    hf_id, modelscope_id, folder_name = RELEASES[family]
+    target = Path(args.to).expanduser() if args.to else default_target(family)
     created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -96,10 +113,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot create {target}: {exc}", file=sys.stderr)
         return 2
     problems = []
-    for name, fetch in (("huggingface_hub", from_huggingface), ("modelscope", from_modelscope)):
-        print(f"downloading {REPO_ID} into {target} through {name} ...", flush=True)
+    hubs = (("huggingface_hub", from_huggingface, hf_id), ("modelscope", from_modelscope, modelscope_id))
+    for name, fetch, repo_id in hubs:
+        print(f"downloading {repo_id} into {target} through {name} ...", flush=True)
         try:
-            fetch(target, args.timeout)
+            fetch(target, args.timeout, repo_id)
         except HubUnreachable as exc:
             problems.append(f"{name}: {exc}")
             continue
@@ -119,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     print("error: the model could not be downloaded:\n  " + "\n  ".join(problems), file=sys.stderr)
     use = "choose it with “Choose a model folder…”" if args.from_studio else "pass it with --model"
     print(
-        "fix: check the network or proxy (HTTPS_PROXY), or copy a CosyVoice2-0.5B folder onto this "
+        f"fix: check the network or proxy (HTTPS_PROXY), or copy a {folder_name} folder onto this "
         f"computer by hand and {use}",
         file=sys.stderr,
     )

@@ -133,6 +133,16 @@ def test_download_fails_fast_with_a_clear_message(tmp_path, capsys):
     assert "--model" in err and not (tmp_path / "cv2").exists()  # no empty "model" folder left behind
 
 
+def test_a_cosyvoice3_download_names_its_release_and_its_default_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STUDIO_DATA_DIR", str(tmp_path / "data"))
+    rc = main(["download", "--family", "cosyvoice3", "--timeout", "3"])
+    captured = capsys.readouterr()
+    assert rc == 1
+    target = tmp_path / "data" / "models" / "Fun-CosyVoice3-0.5B-2512"
+    assert f"downloading FunAudioLLM/Fun-CosyVoice3-0.5B-2512 into {target}" in captured.out
+    assert "copy a Fun-CosyVoice3-0.5B-2512 folder" in captured.err and not target.exists()
+
+
 def test_a_download_from_the_studio_advises_the_studio_and_keeps_a_folder_that_was_there(tmp_path, capsys):
     existing = tmp_path / "models" / "CosyVoice2-0.5B"
     existing.mkdir(parents=True)
