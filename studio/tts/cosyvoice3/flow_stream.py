@@ -120,7 +120,6 @@ class DiTFlowStream:
         self.prompt_feat = prompt_feat.to(self.device, self.dtype)
         self.prompt_tokens = prompt_token.shape[1]
         self.chunk = estimator.static_chunk_size
-        self._finished = False
         self._state: DiTStreamState | None = self._initial_state(embedding)
 
     # -- public -------------------------------------------------------------------------------------------
@@ -132,7 +131,6 @@ class DiTFlowStream:
     def close(self) -> None:
         """Free the cached state; the stream takes no more calls."""
         self._state = None
-        self._finished = True
 
     @torch.inference_mode()
     def mel(self, tokens: torch.Tensor, finalize: bool) -> torch.Tensor:
