@@ -213,7 +213,8 @@ def test_stream_runs_in_the_flows_half_precision():
     expected = rerun(flow, inputs, 110, finalize=True)
     streamed = torch.cat([first, rest], dim=2)
     assert streamed.dtype == torch.float32 and streamed.shape == expected.shape
-    assert (streamed - expected).abs().max().item() <= 5e-2 * expected.abs().max().item()
+    # here 6e-3 on frames up to 4.8, as far as the fp16 re-run itself lies from the fp32 one (7e-3)
+    assert (streamed - expected).abs().max().item() <= 2e-2
 
 
 def test_stream_equals_the_rerun_at_the_official_width():
