@@ -71,6 +71,9 @@ class Engine:
         if self.loaded is not None:
             extra.setdefault("backend", self.loaded.backend)
             extra.setdefault("backend_reason", self.loaded.backend_reason)
+            family = getattr(self.loaded.model, "family", None)
+            if family is not None:
+                extra.setdefault("model", family.model)
         with self._takes_lock:
             active = len(self._takes)
         event = State(state, detail, active_requests=active, **extra)

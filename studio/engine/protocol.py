@@ -173,6 +173,7 @@ class State:
     detail: str = ""
     backend: str = ""  # the backend actually in use ("pytorch" | "vllm"), once loaded
     backend_reason: str = ""  # why it differs from what was asked, else empty
+    model: str = ""  # the model loaded ("CosyVoice2-0.5B", "Fun-CosyVoice3-0.5B"), once loaded
     load_seconds: float | None = None
     warmup_seconds: float | None = None
     active_requests: int = 0

@@ -38,6 +38,8 @@ def test_states_progress_and_restart(qtbot):
     )
     assert not status.progress.isVisible() and not status._clock.isActive()
     assert not status.restart_button.isVisible()
+    status.on_state(State(EngineState.READY, backend="vllm", model="Fun-CosyVoice3-0.5B", load_seconds=4.0))
+    assert status.label.text().startswith("Ready · Fun-CosyVoice3-0.5B on vllm · ready in 4.0 s")
 
     status.on_engine_error(Error(None, "the engine process was killed by SIGKILL", "last log lines"))
     status.on_state(State(EngineState.CRASHED, "killed; restart the engine"))

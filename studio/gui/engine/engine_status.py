@@ -40,7 +40,8 @@ def describe_state(state: State) -> str:
         load = f" (loaded in {state.load_seconds:.1f} s)" if state.load_seconds is not None else ""
         return f"Warming up{load}…"
     if kind == EngineState.READY:
-        parts = [f"Ready · {state.backend or 'engine'}"]
+        running = state.backend or "engine"
+        parts = [f"Ready · {state.model} on {running}" if state.model else f"Ready · {running}"]
         steps = [
             (name, value)
             for name, value in (("load", state.load_seconds), ("warm-up", state.warmup_seconds))
