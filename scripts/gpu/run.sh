@@ -17,10 +17,12 @@
 #   starts       a cold and a warm engine start, one process each (scripts/gpu/start_profile.py)
 #   trace        one 16-take round traced take by take (scripts/gpu/trace_take.py; a Chrome trace and a table)
 #   llm          the LM alone on vLLM, greedy and RAS, 1 and 16 streams (scripts/gpu/vllm_llm_bench.py)
+#   cv3          CosyVoice3 (a full-size random Fun-CosyVoice3-0.5B in /tmp/full3): bench --tokens 100 at 1, 4 and
+#                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's)
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick workload long http http24 tokens100 tokens100-24 starts trace llm"
+steps="install gputests checks quick workload long http http24 tokens100 tokens100-24 starts trace llm cv3"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -165,10 +167,24 @@ llm() {
   grep -E "^(greedy|ras)|rror" "$out/llm.log" | cut -c1-300
 }
 
+cv3() {
+  [ -f /tmp/full3/cosyvoice3.yaml ] ||
+    python3 -m studio make-model --family cosyvoice3 --size full /tmp/full3 >"$out/make-model-cv3.log" 2>&1
+  timeout 280 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 --warmup-rounds 2 \
+    --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
+  echo "== cv3 tokens100: rc $?"
+  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+  timeout 240 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --workload sentences --concurrency 1,16 \
+    --takes 32 --json "$out/h200_cv3-workload-sentences.json" >"$out/cv3-workload.log" 2>&1
+  echo "== cv3 workload: rc $?"
+  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-workload.log" | cut -c1-400
+}
+
 for step in "$@"; do
   case $step in
     tokens100-24) tokens100_24 ;;
-    install | gputests | checks | quick | workload | long | http | http24 | tokens100 | starts | trace | llm) "$step" ;;
+    install | gputests | checks | quick | workload | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+      "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
