@@ -83,6 +83,7 @@ class ReferenceModel:
 
 
 def build_reference_model(model_dir: Path) -> ReferenceModel:
+    """The reference's LM, flow and HiFT built from ``model_dir``'s yaml, each loading its file strictly."""
     config = read_folder_config(model_dir)
     classes = reference_classes()
     parts = {}
