@@ -212,10 +212,13 @@ class DiTAttention(nn.Module):
         """Queries [B, H, Tq, d] over keys and values [B, H, Tk, d] -> [B, Tq, dim]. attn_mask: bool,
         broadcastable to [B, H, Tq, Tk] (None: all visible); keep [B, Tq] bool: frames whose output is
         kept (the rest give zeros; None: all kept)."""
-        batch, _, frames, _ = query.shape
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask)
-        out = self.to_out(out.transpose(1, 2).reshape(batch, frames, self.heads * self.dim_head))
+        out = self.merge_heads(F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask))
         return out if keep is None else out.masked_fill(~keep.unsqueeze(-1), 0.0)
+
+    def merge_heads(self, attended: torch.Tensor) -> torch.Tensor:
+        """Attention outputs [B, H, T, d] -> the output projection of their heads side by side [B, T, dim]."""
+        batch, _, frames, _ = attended.shape
+        return self.to_out(attended.transpose(1, 2).reshape(batch, frames, self.heads * self.dim_head))
 
 
 class AdaLayerNormZero(nn.Module):

@@ -22,6 +22,11 @@ row; only attention also reads the kept keys and values (a term linear in the ta
 beside the projections and feed-forward until the take is long: at the official width a frame's
 projections and feed-forward cost as much as its attention over about 4,000 frames, 80 s).
 
+With a per-voice `DiTPromptCache` (flow_prompt_cache.py) a take's first call starts after the prompt's
+chunks that depend on the voice alone, copied from the cache (or computed first and cached). Several
+takes' calls run together through `render_calls` (flow_batch.mel_many): their new frames share each
+Euler step's and block's matrix products (flow_solve.py).
+
 State per take (`state_bytes`): keys and values of every kept frame, for 10 steps x 22 blocks x 2 CFG
 rows x 2 (keys, values) x 1024 channels = 901,120 numbers per frame, 45.1 M per second of audio (50
 frames): 90 MB/s in fp16, 180 MB/s in fp32 (5.4 GB per minute of fp16 audio). Held in buffers grown
@@ -33,56 +38,37 @@ frames (10 x 2 x 2 x 1024 x 30 = 1.2 M numbers) and the time modulations of ever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from studio.tts.cosyvoice3.dit import DiT, DiTBlock, static_chunk_mask
+from studio.tts.cosyvoice3.dit import DiT, static_chunk_mask
 from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT
+from studio.tts.cosyvoice3.flow_prompt_cache import (
+    DiTPromptCache,
+    PromptEntry,
+    cached_prompt_frames,
+    prompt_key,
+)
+from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, DiTStreamState, FramePlan, solve_plans
 from studio.tts.flow.cfm import NOISE_FRAMES
 
-CFG_ROWS = 2  # the conditional row, then the unconditional one (no tokens, prompt or speaker)
 #: a full key/value buffer grows to this many times its size (whole chunks), so growth copies are rare
 BUFFER_GROWTH = 1.5
 
 
-@dataclass
-class DiTStreamState:
-    """One take's streamed-flow state (all on the flow's device, in its dtype)."""
+@dataclass(frozen=True)
+class FlowCall:
+    """One checked `mel` call of a stream: what it asks for and the frames it reaches."""
 
-    #: [steps, blocks, CFG rows, heads, capacity, dim_head]: rotated keys, and values, of frames
-    #: 0..`kept` (final) and of the frames after them that the last call computed (recomputed next call)
-    keys: torch.Tensor
-    values: torch.Tensor
-    #: [steps, 2, CFG rows, dim, kernel - 1]: the inputs of the position embedding's two convolutions
-    #: over the frames just before `kept` (zeros before frame 0)
-    position_left: torch.Tensor
-    #: [steps, blocks, 6, 1, dim]: each block's AdaLN modulation of each step's time
-    block_modulation: torch.Tensor
-    #: [steps, 2, 1, dim]: the output norm's modulation of each step's time
-    final_modulation: torch.Tensor
-    #: [steps]: each Euler step's time increment, as the CFM computes it
-    step_sizes: torch.Tensor
-    #: [CFG rows, 1, 80]: the projected speaker vector, zeros for the unconditional row
-    speaker: torch.Tensor
-    kept: int = 0  # frames whose chunks are complete: their keys and values are final
-    returned: int = 0  # frames (prompt included) up to which mel has been returned
-    tokens: int = 0  # speech tokens of the take seen so far
-
-    @property
-    def nbytes(self) -> int:
-        tensors = (
-            self.keys,
-            self.values,
-            self.position_left,
-            self.block_modulation,
-            self.final_modulation,
-            self.step_sizes,
-            self.speaker,
-        )
-        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    stream: DiTFlowStream
+    tokens: torch.Tensor  # [1, N] on the flow's device
+    finalize: bool
+    voiced: int  # prompt and take tokens that yield frames
+    total: int  # prompt and take tokens
+    frames: int  # mel frames (prompt included) the call reaches
 
 
 class DiTFlowStream:
@@ -96,9 +82,11 @@ class DiTFlowStream:
         prompt_feat: torch.Tensor,
         embedding: torch.Tensor,
         n_timesteps: int = 10,
+        prompt_cache: DiTPromptCache | None = None,
     ):
         """flow: a CausalMaskedDiffWithDiT; prompt_token [1, P] int; prompt_feat [1, 2P, 80];
-        embedding [1, 192] (the speaker vector)."""
+        embedding [1, 192] (the speaker vector). With a `prompt_cache`, the first call starts after the
+        prompt's chunks cached for this voice, or computes them first and caches them."""
         estimator = getattr(getattr(flow, "decoder", None), "estimator", None)
         if not isinstance(estimator, DiT):
             raise ValueError("DiTFlowStream needs a CosyVoice3 flow (a DiT estimator)")
@@ -120,7 +108,16 @@ class DiTFlowStream:
         self.prompt_feat = prompt_feat.to(self.device, self.dtype)
         self.prompt_tokens = prompt_token.shape[1]
         self.chunk = estimator.static_chunk_size
+        #: mel frames this stream has run through the DiT so far (the prompt's included)
+        self.computed_frames = 0
         self._state: DiTStreamState | None = self._initial_state(embedding)
+        self._prompt_cache = prompt_cache
+        self._prompt_frames = cached_prompt_frames(
+            self.prompt_tokens, flow.pre_lookahead_len, flow.token_mel_ratio, self.chunk
+        )
+        self._prompt_key: tuple | None = None  # set until the first call has used or filled the cache
+        if prompt_cache is not None and self._prompt_frames > 0:
+            self._prompt_key = prompt_key(flow, self.n_timesteps, prompt_token, prompt_feat, embedding)
 
     # -- public -------------------------------------------------------------------------------------------
     @property
@@ -132,7 +129,6 @@ class DiTFlowStream:
         """Free the cached state; the stream takes no more calls."""
         self._state = None
 
-    @torch.inference_mode()
     def mel(self, tokens: torch.Tensor, finalize: bool) -> torch.Tensor:
         """tokens [1, N]: every speech token of the take so far (prompt excluded), N never shrinking.
 
@@ -140,6 +136,10 @@ class DiTFlowStream:
         `pre_lookahead_len` tokens are lookahead only (2 (N - 3) frames in all so far); `finalize` returns
         the rest, then frees the state.
         """
+        return render_calls([self.check(tokens, finalize)])[0]
+
+    def check(self, tokens: torch.Tensor, finalize: bool) -> FlowCall:
+        """Validate a `mel` call without running it (raises ValueError or RuntimeError as `mel` would)."""
         state = self._state
         if state is None:
             raise RuntimeError("this flow stream is closed (finalized or closed): start a new one")
@@ -151,25 +151,103 @@ class DiTFlowStream:
         if not finalize and count < lookahead:
             raise ValueError(f"a call that does not finalize needs at least {lookahead} tokens, got {count}")
         total = self.prompt_tokens + count
-        voiced = total if finalize else total - lookahead  # tokens that yield frames
+        voiced = total if finalize else total - lookahead
         frames = voiced * self.flow.token_mel_ratio
         if frames > NOISE_FRAMES:
             raise ValueError(
                 f"a flow stream of {frames} mel frames is longer than the supported "
                 f"{NOISE_FRAMES} ({NOISE_FRAMES // 50} s)"
             )
-        state.tokens = count
+        return FlowCall(self, tokens.to(self.device), bool(finalize), voiced, total, frames)
+
+    # -- a call's pieces (render_calls runs them) -----------------------------------------------------------
+    def _prompt_plan(self, call: FlowCall) -> FramePlan | None:
+        """Before the first call's frames: restore the voice's cached prompt chunks (None), or plan them
+        (their frames computed first and then cached by `_keep_prompt`)."""
+        if self._prompt_key is None:
+            return None
+        state, cache = self._state, self._prompt_cache
+        self._reserve(state, call.frames)
+        entry = cache.get(self._prompt_key)
+        if entry is None:
+            voiced = self._prompt_frames // self.flow.token_mel_ratio
+            return self._plan_frames(call.tokens[:, :0], 0, self._prompt_frames, voiced, self.prompt_tokens)
+        self._prompt_key = None
+        state.keys[:, :, :, :, : entry.frames] = entry.keys
+        state.values[:, :, :, :, : entry.frames] = entry.values
+        state.position_left.copy_(entry.position_left)
+        state.kept = entry.frames
+        return None
+
+    def _keep_prompt(self) -> None:
+        """After the prompt plan's solve: cache its chunks' state for the voice's later takes."""
+        state, frames = self._state, self._prompt_frames
+        key, self._prompt_key = self._prompt_key, None
+        keys, values = state.keys[:, :, :, :, :frames], state.values[:, :, :, :, :frames]
+        if self._prompt_cache.fits(2 * keys.numel() * keys.element_size() + state.position_left.nbytes):
+            entry = PromptEntry(frames, keys.clone(), values.clone(), state.position_left.clone())
+            self._prompt_cache.put(key, entry)
+
+    def _plan(self, call: FlowCall) -> FramePlan | None:
+        """The call's frames from the first chunk not kept (None when it reaches no new frame)."""
+        state = self._state
+        if call.frames <= state.returned:
+            return None
+        self._reserve(state, call.frames)
+        return self._plan_frames(call.tokens, state.kept, call.frames, call.voiced, call.total, call.finalize)
+
+    def _finish(self, call: FlowCall, solved: torch.Tensor | None) -> torch.Tensor:
+        """The call's new frames [1, 80, F] float32 from its solved ones (None: nothing solved)."""
+        state = self._state
+        state.tokens = call.tokens.shape[1]
         new = torch.zeros(1, 80, 0, device=self.device)
-        if frames > state.returned:
-            start = state.kept
-            solved = self._solve(state, tokens.to(self.device), start, voiced, total, finalize)
-            new = solved[:, :, state.returned - start :].float()
-            state.returned = frames
-        if finalize:
+        if solved is not None:
+            new = solved[:, :, state.returned - (call.frames - solved.shape[2]) :].float()
+            state.returned = call.frames
+        if call.finalize:
             self.close()
         return new
 
-    # -- the solve -----------------------------------------------------------------------------------------
+    def _plan_frames(
+        self,
+        tokens: torch.Tensor,
+        start: int,
+        frames: int,
+        voiced: int,
+        total: int,
+        finalize: bool = False,
+    ) -> FramePlan:
+        """Frames start..frames (`voiced` tokens yield frames out of `total`); the buffers hold them."""
+        state = self._state
+        kept = start if finalize else max(start, frames // self.chunk * self.chunk)
+        count = frames - start
+        mu = self._token_features(tokens, start, voiced, total, finalize)
+        cond = torch.zeros(1, count, 80, device=self.device, dtype=self.dtype)
+        prompt_end = self.prompt_feat.shape[1]
+        if start < prompt_end:
+            cond[:, : min(frames, prompt_end) - start] = self.prompt_feat[:, start : min(frames, prompt_end)]
+        conditions = torch.cat(
+            [
+                torch.cat([cond, torch.zeros_like(cond)]),
+                torch.cat([mu, torch.zeros_like(mu)]),
+                state.speaker.expand(-1, count, -1),
+            ],
+            dim=2,
+        )
+        noise = self.flow.decoder.rand_noise[:, :, start:frames]
+        self.computed_frames += count
+        return FramePlan(
+            state=state,
+            start=start,
+            frames=frames,
+            kept=kept,
+            x=noise.to(self.device, self.dtype).transpose(1, 2),
+            conditions=conditions,
+            angles=self.estimator.rotary_embed(frames, start).to(self.dtype),
+            mask=self._attention_mask(start, frames),
+        )
+
+    # -- the state ----------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _initial_state(self, embedding: torch.Tensor) -> DiTStreamState:
         dit, rows, steps = self.estimator, CFG_ROWS, self.n_timesteps
@@ -216,92 +294,6 @@ class DiTFlowStream:
                 dt = t_span[step + 1] - t
         return times, step_sizes
 
-    def _solve(
-        self, state: DiTStreamState, tokens: torch.Tensor, start: int, voiced: int, total: int, finalize: bool
-    ) -> torch.Tensor:
-        """Frames start..2*voiced [1, 80, F] in the flow's dtype; keeps the chunks they complete."""
-        frames = voiced * self.flow.token_mel_ratio
-        kept = start if finalize else max(start, frames // self.chunk * self.chunk)
-        self._reserve(state, frames)
-        count = frames - start
-        mu = self._token_features(tokens, start, voiced, total, finalize)
-        cond = torch.zeros(1, count, 80, device=self.device, dtype=self.dtype)
-        prompt_end = self.prompt_feat.shape[1]
-        if start < prompt_end:
-            cond[:, : min(frames, prompt_end) - start] = self.prompt_feat[:, start : min(frames, prompt_end)]
-        conditions = torch.cat(
-            [
-                torch.cat([cond, torch.zeros_like(cond)]),
-                torch.cat([mu, torch.zeros_like(mu)]),
-                state.speaker.expand(-1, count, -1),
-            ],
-            dim=2,
-        )
-        noise = self.flow.decoder.rand_noise[:, :, start:frames]
-        x = noise.to(self.device, self.dtype).transpose(1, 2)  # [1, F, 80]
-        angles = self.estimator.rotary_embed(frames, start).to(self.dtype)
-        mask = self._attention_mask(start, frames)
-        rate = self.flow.decoder.inference_cfg_rate
-        for step in range(self.n_timesteps):
-            velocity = self._velocity(state, step, x, conditions, angles, mask, start, kept)
-            x = x + state.step_sizes[step] * ((1.0 + rate) * velocity[:1] - rate * velocity[1:])
-        state.kept = kept
-        return x.transpose(1, 2)
-
-    def _velocity(
-        self,
-        state: DiTStreamState,
-        step: int,
-        x: torch.Tensor,
-        conditions: torch.Tensor,
-        angles: torch.Tensor,
-        mask: torch.Tensor | None,
-        start: int,
-        kept: int,
-    ) -> torch.Tensor:
-        """The DiT over frames start.. for both CFG rows at one Euler step -> velocity [2, F, 80]."""
-        dit, frames = self.estimator, start + x.shape[1]
-        projected = dit.input_embed.proj(torch.cat([x.expand(CFG_ROWS, -1, -1), conditions], dim=2))
-        left = state.position_left[step]
-        positions, inputs = dit.input_embed.conv_pos_embed.continued(projected, (left[0], left[1]))
-        if kept > start:  # the convolutions' inputs just before the new kept boundary
-            width = left.shape[-1]
-            offset = kept - start
-            for index, conv_input in enumerate(inputs):
-                left[index] = conv_input[:, :, offset : offset + width]
-        h = positions + projected
-        for index, block in enumerate(dit.transformer_blocks):
-            attention = partial(
-                self._cached_attention,
-                block,
-                state.keys[step, index],
-                state.values[step, index],
-                angles,
-                mask,
-                start,
-                frames,
-            )
-            h = block.run(h, tuple(state.block_modulation[step, index]), attention)
-        return dit.proj_out(dit.norm_out.modulate(h, tuple(state.final_modulation[step])))
-
-    @staticmethod
-    def _cached_attention(
-        block: DiTBlock,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        angles: torch.Tensor,
-        mask: torch.Tensor | None,
-        start: int,
-        frames: int,
-        normed: torch.Tensor,
-    ) -> torch.Tensor:
-        """Attention of frames start..frames over every frame before `frames`: their keys and values are
-        written into the take's buffers ([rows, heads, capacity, dim_head]) and read from there."""
-        query, key, value = block.attn.project(normed, angles)
-        keys[:, :, start:frames] = key
-        values[:, :, start:frames] = value
-        return block.attn.attend(query, keys[:, :, :frames], values[:, :, :frames], mask)
-
     def _attention_mask(self, start: int, frames: int) -> torch.Tensor | None:
         """[Tq, Tk] bool for queries start..frames over keys 0..frames (the chunk mask's rows; `start` is a
         chunk boundary); None when the queries lie in one chunk (they see every key)."""
@@ -341,3 +333,25 @@ class DiTFlowStream:
         prompt = self.prompt_tokens
         parts = [self.prompt_token[:, begin:end], tokens[:, max(0, begin - prompt) : max(0, end - prompt)]]
         return torch.cat([part.to(self.device, torch.long) for part in parts], dim=1)
+
+
+@torch.inference_mode()
+def render_calls(calls: Sequence[FlowCall]) -> list[torch.Tensor]:
+    """Run checked calls of distinct streams of one flow and Euler schedule together -> each call's new
+    frames [1, 80, F] float32: first the prompt chunks of those whose voice is not cached yet, then every
+    call's frames, each in one batched solve (flow_solve.py)."""
+    if not calls:
+        return []
+    stream = calls[0].stream
+    rate = stream.flow.decoder.inference_cfg_rate
+    prompt_plans = [(call, plan) for call in calls if (plan := call.stream._prompt_plan(call)) is not None]
+    if prompt_plans:
+        solve_plans(stream.estimator, [plan for _, plan in prompt_plans], rate)
+        for call, _ in prompt_plans:
+            call.stream._keep_prompt()
+    plans = [call.stream._plan(call) for call in calls]
+    solved = iter(solve_plans(stream.estimator, [plan for plan in plans if plan is not None], rate))
+    return [
+        call.stream._finish(call, None if plan is None else next(solved))
+        for call, plan in zip(calls, plans, strict=True)
+    ]
