@@ -2,9 +2,9 @@
 
 HiFT at cosyvoice3.yaml's sizes (512 channels) with random weights that reach every path (as the parity
 tests make them) vocodes a take of --seconds of random mel pushed --chunk frames at a time (50: one 25-token
-hop). For every push it times `CausalHiftStream.push`; for every --rerun-every-th push (and the last) it also
-times upstream's way, `inference` over all mel so far, and checks that the samples returned so far equal that
-re-run's. It also measures F0 predicted in float32 against float64 (upstream's) over the take, and what a stream
+hop). For every push it times `CausalHiftStream.push` (wall and process CPU time: the second is steadier on a
+shared machine); for every --rerun-every-th push (and the last) it also times upstream's way, `inference` over
+all mel so far, and checks that the samples returned so far equal that re-run's. It also measures F0 predicted in float32 against float64 (upstream's) over the take, and what a stream
 whose F0 were float32 would return against its float32 re-run.
 
 Usage: python benchmarks/probes/cv3_hift_stream_cost.py [--seconds 60] [--chunk 50] [--channels 512]
@@ -56,20 +56,22 @@ def stream_cost(hift: CausalHiFTGenerator, mel: torch.Tensor, chunk: int, rerun_
     for index in range(pushes):
         finalize = index == pushes - 1
         end = min(frames, (index + 1) * chunk)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         pieces.append(stream.push(mel[:, :, index * chunk : end], finalize))
         row = {
             "push": index + 1,
             "frames_so_far": end,
             "stream_ms": 1e3 * (time.perf_counter() - started),
+            "stream_cpu_ms": 1e3 * (time.process_time() - cpu_started),
             "network_frames": stream.last_network_frames,
             "f0_frames": stream.last_f0_frames,
             "state_bytes": stream.state_bytes,
         }
         if index % rerun_every == 0 or finalize:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             rerun, _ = hift.inference(mel[:, :, :end], finalize=finalize)
             row["rerun_ms"] = 1e3 * (time.perf_counter() - started)
+            row["rerun_cpu_ms"] = 1e3 * (time.process_time() - cpu_started)
             streamed = torch.cat(pieces, dim=1)
             assert streamed.shape == rerun.shape, (streamed.shape, rerun.shape)
             row["max_abs_error"] = float((streamed - rerun).abs().max()) if rerun.numel() else 0.0
@@ -133,6 +135,7 @@ def main() -> None:
         precision["stream_error_if_f0_were_float32"] = float32_f0_stream_error(hift, mel, args.chunk)
     rows = cost["pushes"]
     steady = [row["stream_ms"] for row in rows[1:-1]]
+    steady_cpu = [row["stream_cpu_ms"] for row in rows[1:-1]]
     summary = {
         "seconds": args.seconds,
         "chunk_frames": args.chunk,
@@ -150,8 +153,14 @@ def main() -> None:
             statistics.median(steady[: len(steady) // 2]),
             statistics.median(steady[len(steady) // 2 :]),
         ],
+        "stream_cpu_ms_first_and_second_half_median": [
+            statistics.median(steady_cpu[: len(steady_cpu) // 2]),
+            statistics.median(steady_cpu[len(steady_cpu) // 2 :]),
+        ],
         "stream_total_s": sum(row["stream_ms"] for row in rows) / 1e3,
         "rerun_ms_by_push": {row["push"]: row["rerun_ms"] for row in rows if "rerun_ms" in row},
+        "rerun_cpu_ms_by_push": {row["push"]: row["rerun_cpu_ms"] for row in rows if "rerun_ms" in row},
+        "network_frames_by_push": sorted({row["network_frames"] for row in rows}),
         "max_abs_error": max(row.get("max_abs_error", 0.0) for row in rows),
         **precision,
     }
