@@ -1,0 +1,160 @@
+"""One thread for the streamed flow calls of every CosyVoice3 take: calls queued together run as one batch.
+
+A take's thread hands its call to `DiTFlowScheduler.render(stream, tokens, finalize)` and waits. The worker
+takes everything queued when it wakes (at most `max_takes` calls, one per stream), groups the calls that
+can share a solve (one flow module, Euler schedule and autocast setting), and runs each group as one
+batched solve (`render_calls`, as `flow_batch.mel_many`); calls that arrive meanwhile make the next batch.
+So takes whose chunks fall due at the same time share each Euler step's and block's matrix products, and
+their kernels no longer interleave on the device.
+
+A call that is invalid on its own (closed stream, shrinking tokens, ...) fails alone, with the error `mel`
+would raise, before its batch runs; a failure inside a batch's solve reaches every call of that batch (their
+streams' states are then unknown: the takes should end). With `gather_seconds` > 0 the worker, once it has
+a call, waits up to that long for more (until `max_takes` are queued) before it runs them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_calls
+
+DEFAULT_MAX_TAKES = 16
+
+
+@dataclass
+class _Job:
+    stream: DiTFlowStream
+    tokens: torch.Tensor
+    finalize: bool
+    autocast: tuple  # (device type, enabled, dtype): the caller's, which the worker runs under
+    result: Future = field(default_factory=Future)
+
+    @property
+    def group(self) -> tuple:
+        return (id(self.stream.flow), self.stream.n_timesteps, self.autocast)
+
+
+def _caller_autocast(device: torch.device) -> tuple:
+    kind = device.type
+    enabled = torch.is_autocast_enabled(kind)
+    return (kind, enabled, torch.get_autocast_dtype(kind) if enabled else None)
+
+
+class DiTFlowScheduler:
+    """The worker thread that runs CosyVoice3 takes' flow calls in batches (started on first use)."""
+
+    def __init__(self, max_takes: int = DEFAULT_MAX_TAKES, gather_seconds: float = 0.0):
+        if max_takes < 1:
+            raise ValueError(f"a flow scheduler needs max_takes >= 1, got {max_takes}")
+        self.max_takes = int(max_takes)
+        self.gather_seconds = max(0.0, float(gather_seconds))
+        self._queue: deque[_Job] = deque()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.batches = self.calls = self.largest_batch = 0
+
+    def render(self, stream: DiTFlowStream, tokens: torch.Tensor, finalize: bool) -> torch.Tensor:
+        """`stream.mel(tokens, finalize)`, run by the worker in a batch with other takes' calls; blocks
+        until it ran and returns its mel [1, 80, F] float32, or raises its error."""
+        job = _Job(stream, tokens, finalize, _caller_autocast(stream.device))
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("this flow scheduler is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="cv3-flow-scheduler", daemon=True)
+                self._thread.start()
+            self._queue.append(job)
+            self._wake.notify_all()
+        return job.result.result()
+
+    def stats(self) -> dict:
+        with self._wake:
+            return {
+                "batches": self.batches,
+                "calls": self.calls,
+                "largest_batch": self.largest_batch,
+                "queued": len(self._queue),
+            }
+
+    def close(self) -> None:
+        """Stop the worker after its batch in progress; queued and later calls raise RuntimeError."""
+        with self._wake:
+            self._closed = True
+            pending = list(self._queue)
+            self._queue.clear()
+            self._wake.notify_all()
+            thread = self._thread
+        for job in pending:
+            job.result.set_exception(RuntimeError("the flow scheduler closed before this call ran"))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- the worker -----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            jobs = self._next_jobs()
+            if jobs is None:
+                return
+            groups: dict[tuple, list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.group, []).append(job)
+            for group in groups.values():
+                self._run_group(group)
+
+    def _next_jobs(self) -> list[_Job] | None:
+        """Wait for calls (and, with `gather_seconds`, for more of them); take at most `max_takes`, one
+        per stream (a stream's second call waits for the next batch). None once closed."""
+        with self._wake:
+            while not self._queue and not self._closed:
+                self._wake.wait()
+            if self._closed:
+                return None
+            deadline = time.monotonic() + self.gather_seconds
+            while len(self._queue) < self.max_takes and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            taken, later, streams = [], deque(), set()
+            while self._queue:
+                job = self._queue.popleft()
+                if len(taken) < self.max_takes and id(job.stream) not in streams:
+                    taken.append(job)
+                    streams.add(id(job.stream))
+                else:
+                    later.append(job)
+            self._queue = later
+            self.batches += 1
+            self.calls += len(taken)
+            self.largest_batch = max(self.largest_batch, len(taken))
+            return taken
+
+    @staticmethod
+    def _run_group(jobs: list[_Job]) -> None:
+        """Check each call alone (an invalid one fails by itself), then solve the valid ones together."""
+        valid: list[tuple[_Job, FlowCall]] = []
+        for job in jobs:
+            try:
+                valid.append((job, job.stream.check(job.tokens, job.finalize)))
+            except Exception as error:  # noqa: BLE001 - the call's own error goes back to its take
+                job.result.set_exception(error)
+        if not valid:
+            return
+        kind, enabled, dtype = valid[0][0].autocast
+        try:
+            with torch.autocast(kind, dtype=dtype, enabled=enabled):
+                mels = render_calls([call for _, call in valid])
+        except Exception as error:  # noqa: BLE001 - every call of the failed batch gets its error
+            for job, _ in valid:
+                job.result.set_exception(error)
+            return
+        for (job, _), mel in zip(valid, mels, strict=True):
+            job.result.set_result(mel)
