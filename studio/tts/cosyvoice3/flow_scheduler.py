@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from studio import envs
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_calls
 
-DEFAULT_MAX_TAKES = 16
+DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
 
 
 @dataclass
@@ -50,9 +51,15 @@ def _caller_autocast(device: torch.device) -> tuple:
 class DiTFlowScheduler:
     """The worker thread that runs CosyVoice3 takes' flow calls in batches (started on first use)."""
 
-    def __init__(self, max_takes: int = DEFAULT_MAX_TAKES, gather_seconds: float = 0.0):
+    def __init__(self, max_takes: int | None = None, gather_seconds: float = 0.0):
+        """max_takes: calls per batch (None: ``$STUDIO_FLOW_MAX_BATCH``, else 32)."""
+        if max_takes is None:
+            configured = envs.FLOW_MAX_BATCH.count()
+            max_takes = DEFAULT_MAX_TAKES if configured is None else configured
         if max_takes < 1:
-            raise ValueError(f"a flow scheduler needs max_takes >= 1, got {max_takes}")
+            raise ValueError(
+                f"a flow scheduler needs max_takes >= 1 ({envs.FLOW_MAX_BATCH.name}), got {max_takes}"
+            )
         self.max_takes = int(max_takes)
         self.gather_seconds = max(0.0, float(gather_seconds))
         self._queue: deque[_Job] = deque()
@@ -158,3 +165,22 @@ class DiTFlowScheduler:
             return
         for (job, _), mel in zip(valid, mels, strict=True):
             job.result.set_result(mel)
+
+
+_schedulers_lock = threading.Lock()
+
+
+def flow_scheduler_for(flow: torch.nn.Module) -> DiTFlowScheduler:
+    """The CosyVoice3 flow's one scheduler, made on first use (and again after `close_flow_scheduler`)."""
+    with _schedulers_lock:
+        scheduler = getattr(flow, "_dit_flow_scheduler", None)
+        if scheduler is None or scheduler._closed:
+            scheduler = DiTFlowScheduler()
+            flow._dit_flow_scheduler = scheduler
+        return scheduler
+
+
+def close_flow_scheduler(flow: torch.nn.Module) -> None:
+    """Stop the flow's scheduler thread (the model shuts down); calls queued then raise RuntimeError."""
+    if (scheduler := getattr(flow, "_dit_flow_scheduler", None)) is not None:
+        scheduler.close()

@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from studio.tts.cosyvoice3.flow_prompt_cache import DiTPromptCache
-from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler
+from studio.tts.cosyvoice3.flow_scheduler import (
+    DiTFlowScheduler,
+    close_flow_scheduler,
+    flow_scheduler_for,
+)
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from tests.tts.cosyvoice3.test_cv3_flow_stream import small_flow, take_inputs, take_schedule
 
@@ -104,9 +108,26 @@ def test_an_invalid_call_fails_alone_and_its_batch_goes_on(flow):
         scheduler.render(good, good_inputs["tokens"][:, :60], False)
 
 
-def test_the_scheduler_refuses_a_batch_size_below_one():
-    with pytest.raises(ValueError, match="max_takes >= 1"):
-        DiTFlowScheduler(max_takes=0)
+def test_the_batch_size_follows_studio_flow_max_batch(monkeypatch):
+    monkeypatch.delenv("STUDIO_FLOW_MAX_BATCH", raising=False)
+    assert DiTFlowScheduler().max_takes == 32
+    monkeypatch.setenv("STUDIO_FLOW_MAX_BATCH", "3")
+    assert DiTFlowScheduler().max_takes == 3
+    monkeypatch.setenv("STUDIO_FLOW_MAX_BATCH", "0")
+    with pytest.raises(ValueError, match="max_takes >= 1 \\(STUDIO_FLOW_MAX_BATCH\\), got 0"):
+        DiTFlowScheduler()
+
+
+def test_each_flow_has_one_scheduler_until_it_is_closed(flow):
+    scheduler = flow_scheduler_for(flow)
+    assert flow_scheduler_for(flow) is scheduler and flow_scheduler_for(small_flow()) is not scheduler
+    inputs = take_inputs(20, 40, seed=7)
+    scheduler.render(stream_of(flow, inputs), inputs["tokens"], True)
+    close_flow_scheduler(flow)
+    with pytest.raises(RuntimeError, match="scheduler is closed"):
+        scheduler.render(stream_of(flow, inputs), inputs["tokens"], True)
+    assert flow_scheduler_for(flow) is not scheduler
+    close_flow_scheduler(flow)
 
 
 def test_the_worker_runs_a_call_under_its_callers_autocast(flow):
