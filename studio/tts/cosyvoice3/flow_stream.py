@@ -338,17 +338,25 @@ class DiTFlowStream:
 @torch.inference_mode()
 def render_calls(calls: Sequence[FlowCall]) -> list[torch.Tensor]:
     """Run checked calls of distinct streams of one flow and Euler schedule together -> each call's new
-    frames [1, 80, F] float32: first the prompt chunks of those whose voice is not cached yet, then every
-    call's frames, each in one batched solve (flow_solve.py)."""
+    frames [1, 80, F] float32: first the prompt chunks of the voices not cached yet (once per voice, when
+    the cache keeps them), then every call's frames, each in one batched solve (flow_solve.py)."""
     if not calls:
         return []
     stream = calls[0].stream
     rate = stream.flow.decoder.inference_cfg_rate
-    prompt_plans = [(call, plan) for call in calls if (plan := call.stream._prompt_plan(call)) is not None]
-    if prompt_plans:
-        solve_plans(stream.estimator, [plan for _, plan in prompt_plans], rate)
-        for call, _ in prompt_plans:
-            call.stream._keep_prompt()
+    # a voice's prompt chunks are computed once per batch: its other takes then find them cached
+    first_of_voice, later_of_voice, voices = [], [], set()
+    for call in calls:
+        key = call.stream._prompt_key
+        (later_of_voice if key is not None and key in voices else first_of_voice).append(call)
+        voices.add(key)
+    for group in (first_of_voice, later_of_voice):
+        prompt_plans = [(call, call.stream._prompt_plan(call)) for call in group]
+        prompt_plans = [(call, plan) for call, plan in prompt_plans if plan is not None]
+        if prompt_plans:
+            solve_plans(stream.estimator, [plan for _, plan in prompt_plans], rate)
+            for call, _ in prompt_plans:
+                call.stream._keep_prompt()
     plans = [call.stream._plan(call) for call in calls]
     solved = iter(solve_plans(stream.estimator, [plan for plan in plans if plan is not None], rate))
     return [

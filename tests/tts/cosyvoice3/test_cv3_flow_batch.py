@@ -93,6 +93,17 @@ def test_takes_at_different_points_equal_their_own_calls(flow):
         assert_batch_matches_alone(takes, [take.next_call() for take in takes])
 
 
+def test_takes_of_one_voice_in_one_batch_compute_its_prompt_chunks_once(flow):
+    cache = DiTPromptCache(2**40)
+    takes = [Take(flow, 60, 120, seed=26, cache=cache) for _ in range(3)]
+    assert_batch_matches_alone(takes, [take.next_call() for take in takes])
+    assert cache.stats()["misses"] == 1 and cache.stats()["hits"] == 2
+    computed = [take.stream.computed_frames for take in takes]
+    assert computed == [takes[0].alone.computed_frames] + [takes[0].alone.computed_frames - 100] * 2
+    while any(take.calls < len(take.counts) for take in takes):
+        assert_batch_matches_alone(takes, [take.next_call() for take in takes])
+
+
 def test_a_batch_of_one_equals_the_stream_alone(flow):
     take = Take(flow, 30, 120, seed=25)
     while take.calls < len(take.counts):
