@@ -163,8 +163,9 @@ class DiTFlowStream:
     # -- a call's pieces (render_calls runs them) -----------------------------------------------------------
     def _prompt_plan(self, call: FlowCall) -> FramePlan | None:
         """Before the first call's frames: restore the voice's cached prompt chunks (None), or plan them
-        (their frames computed first and then cached by `_keep_prompt`)."""
-        if self._prompt_key is None:
+        (their frames computed first and then cached by `_keep_prompt`); nothing while calls reach no
+        new frame."""
+        if self._prompt_key is None or call.frames <= self._state.returned:
             return None
         state, cache = self._state, self._prompt_cache
         self._reserve(state, call.frames)

@@ -80,6 +80,16 @@ def test_the_first_call_computes_only_the_frames_after_the_cached_chunks(flow):
     assert computed == {"plain": frames, "cold": frames, "warm": frames - CACHED}
 
 
+def test_a_call_that_reaches_no_new_frame_leaves_the_cache_alone(flow):
+    inputs = take_inputs(PROMPT_TOKENS, tokens=40, seed=15)
+    cache = DiTPromptCache(UNLIMITED)
+    stream = stream_of(flow, inputs, cache)
+    assert stream.mel(inputs["tokens"][:, :LOOKAHEAD], finalize=False).shape == (1, 80, 0)
+    assert stream.computed_frames == 0 and cache.stats()["misses"] == 0 and len(cache) == 0
+    stream.mel(inputs["tokens"][:, :30], finalize=False)
+    assert stream.computed_frames == 2 * (PROMPT_TOKENS + 27) and len(cache) == 1
+
+
 def test_a_cached_entry_is_never_written_by_the_takes_that_use_it(flow):
     inputs = take_inputs(PROMPT_TOKENS, tokens=200, seed=7)
     counts = take_schedule(PROMPT_TOKENS, 200)
