@@ -118,13 +118,20 @@ def test_voices_flows_dtypes_and_schedules_never_share_an_entry(flow):
         (flow, other_tokens, 10),
         (flow, inputs, 4),  # another Euler schedule
         (small_flow(), inputs, 10),  # the same weights, another module
-        (small_flow().double(), inputs, 10),
     ]
     for take_flow, take, steps in takes:
         stream_of(take_flow, take, cache, steps).mel(take["tokens"], finalize=False)
     assert cache.stats()["hits"] == 0 and len(cache) == len(takes)
     stream_of(flow, inputs, cache).mel(inputs["tokens"], finalize=False)
     assert cache.stats()["hits"] == 1
+    # the same module, converted to another dtype: its fp32 entry is not used
+    converted = small_flow()
+    stream_of(converted, inputs, cache).mel(inputs["tokens"], finalize=False)
+    converted.double()  # the same inputs (the stream casts the prompt mel to the flow's dtype)
+    cached = stream_of(converted, inputs, cache).mel(inputs["tokens"], finalize=False)
+    assert cache.stats()["hits"] == 1 and len(cache) == len(takes) + 2
+    plain = stream_of(converted, inputs, None).mel(inputs["tokens"], finalize=False)
+    assert (cached - plain).abs().max().item() <= 1e-6
 
 
 def test_the_cache_evicts_the_least_recently_used_voice_by_bytes(flow):
