@@ -10,6 +10,7 @@ samples over a bounded left context: the same audio at a flat cost per chunk.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
-from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
+from studio.tts.cosyvoice3.flow_stream import BUFFER_GROWTH, DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, HopSchedule
 from studio.tts.token2wav import StageTimes
@@ -154,11 +155,19 @@ class DiTWavStream:
 
 
 def take_state_bytes(flow: torch.nn.Module, prompt_frames: int, max_tokens: int) -> int:
-    """What a streamed take's flow state can grow to: keys and values of every DiT block for every mel frame
-    (prompt and take), Euler step and guidance row, in the flow's dtype."""
+    """The most a streamed take's flow state can hold (the `TakeGate` reserves it): keys and values of every DiT
+    block for every mel frame (prompt and take), Euler step and guidance row, in the flow's dtype, in buffers
+    that grow by half their size in whole chunks; plus each take's fixed part (time modulations, the position
+    convolutions' left frames)."""
     estimator = flow.decoder.estimator
     blocks = len(estimator.transformer_blocks)
     width = estimator.proj_out.in_features
+    chunk = int(estimator.static_chunk_size)
     element = next(flow.parameters()).element_size()
     frames = prompt_frames + max_tokens * int(flow.token_mel_ratio)
-    return frames * blocks * 2 * width * CFG_ROWS * DEFAULT_STEPS * element
+    rows = math.ceil(BUFFER_GROWTH * frames) + chunk
+    per_frame = blocks * 2 * width * CFG_ROWS * DEFAULT_STEPS * element
+    modulations = DEFAULT_STEPS * (blocks * 6 + 2) * width * element
+    conv_frames = estimator.input_embed.conv_pos_embed.kernel_size - 1
+    conv_context = DEFAULT_STEPS * 2 * CFG_ROWS * width * conv_frames * element
+    return rows * per_frame + modulations + conv_context

@@ -206,3 +206,21 @@ def test_a_saved_voice_without_end_of_prompt_is_refused(voice, prompt_wav):
         text="One line.", spk_id="kept", token_backend=FixedTokens(_tokens(30)), cancel=cancel
     )
     assert torch.isfinite(_audio(voice, spec)[0]).all()
+
+
+def test_a_streamed_takes_state_stays_within_what_the_gate_reserves(voice, prompt_wav):
+    from studio.tts.cosyvoice3.token2wav import DiTWavStream, take_state_bytes
+
+    prompt_token, feat, embedding = _prompt(voice, prompt_wav)
+    tokens = _tokens(400, seed=9)
+    bound = take_state_bytes(voice.model.flow, feat.shape[1], len(tokens))
+    stream = DiTWavStream(voice.model.flow, voice.model.hift, prompt_token, feat, embedding, streaming=True)
+    held = []
+    while stream.ready(len(tokens)):
+        stream.chunk(tokens)
+        held.append(stream.state_bytes)
+    assert len(held) >= 4 and max(held) <= bound
+    assert max(held) > bound / 3  # the bound is not a wild overestimate
+    stream.finish(tokens)
+    stream.close()
+    assert stream.state_bytes == 0
