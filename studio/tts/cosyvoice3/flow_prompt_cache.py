@@ -122,6 +122,11 @@ class DiTPromptCache:
                 "rejected": self.rejected,
             }
 
+    def __contains__(self, key: tuple) -> bool:
+        """Whether `key` has an entry (no hit or miss counted, the order unchanged)."""
+        with self._lock:
+            return key in self._entries
+
     def get(self, key: tuple) -> PromptEntry | None:
         with self._lock:
             entry = self._entries.get(key)

@@ -171,14 +171,19 @@ class DiTFlowStream:
         self._reserve(state, call.frames)
         entry = cache.get(self._prompt_key)
         if entry is None:
-            voiced = self._prompt_frames // self.flow.token_mel_ratio
-            return self._plan_frames(call.tokens[:, :0], 0, self._prompt_frames, voiced, self.prompt_tokens)
+            return self._prompt_frames_plan()
         self._prompt_key = None
         state.keys[:, :, :, :, : entry.frames] = entry.keys
         state.values[:, :, :, :, : entry.frames] = entry.values
         state.position_left.copy_(entry.position_left)
         state.kept = entry.frames
         return None
+
+    def _prompt_frames_plan(self) -> FramePlan:
+        """The prompt's cacheable frames, from frame 0 (the buffers hold them)."""
+        voiced = self._prompt_frames // self.flow.token_mel_ratio
+        no_tokens = torch.zeros(1, 0, dtype=torch.long, device=self.device)
+        return self._plan_frames(no_tokens, 0, self._prompt_frames, voiced, self.prompt_tokens)
 
     def _keep_prompt(self) -> None:
         """After the prompt plan's solve: cache its chunks' state for the voice's later takes."""
@@ -334,6 +339,30 @@ class DiTFlowStream:
         prompt = self.prompt_tokens
         parts = [self.prompt_token[:, begin:end], tokens[:, max(0, begin - prompt) : max(0, end - prompt)]]
         return torch.cat([part.to(self.device, torch.long) for part in parts], dim=1)
+
+
+@torch.inference_mode()
+def warm_prompt_cache(
+    flow: CausalMaskedDiffWithDiT,
+    prompt_token: torch.Tensor,
+    prompt_feat: torch.Tensor,
+    embedding: torch.Tensor,
+    prompt_cache: DiTPromptCache,
+    n_timesteps: int = 10,
+) -> bool:
+    """Compute a voice's cacheable prompt chunks into `prompt_cache` ahead of its first take (when the
+    voice is loaded, say), unless it holds them already. True when the cache holds them afterwards; False
+    when the prompt has no whole chunk to cache or the cache refused the entry."""
+    stream = DiTFlowStream(flow, prompt_token, prompt_feat, embedding, n_timesteps, prompt_cache)
+    key = stream._prompt_key
+    if key is None:
+        return False
+    if key not in prompt_cache:
+        stream._reserve(stream._state, stream._prompt_frames)
+        solve_plans(stream.estimator, [stream._prompt_frames_plan()], flow.decoder.inference_cfg_rate)
+        stream._keep_prompt()
+    stream.close()
+    return key in prompt_cache
 
 
 @torch.inference_mode()

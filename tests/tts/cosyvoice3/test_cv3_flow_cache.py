@@ -16,7 +16,7 @@ from studio.tts.cosyvoice3.flow_prompt_cache import (
     cached_prompt_frames,
     default_prompt_cache,
 )
-from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
+from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, warm_prompt_cache
 from tests.tts.cosyvoice3.test_cv3_flow_stream import LOOKAHEAD, small_flow, take_inputs, take_schedule
 
 UNLIMITED = 2**40
@@ -88,6 +88,23 @@ def test_a_call_that_reaches_no_new_frame_leaves_the_cache_alone(flow):
     assert stream.computed_frames == 0 and cache.stats()["misses"] == 0 and len(cache) == 0
     stream.mel(inputs["tokens"][:, :30], finalize=False)
     assert stream.computed_frames == 2 * (PROMPT_TOKENS + 27) and len(cache) == 1
+
+
+def test_warming_a_voice_caches_its_prompt_chunks_before_its_first_take(flow):
+    inputs = take_inputs(PROMPT_TOKENS, tokens=80, seed=16)
+    voice = (inputs["prompt_token"], inputs["prompt_feat"], inputs["embedding"])
+    cache = DiTPromptCache(UNLIMITED)
+    assert warm_prompt_cache(flow, *voice, cache) and len(cache) == 1
+    assert warm_prompt_cache(flow, *voice, cache) and len(cache) == 1  # already there: nothing computed
+    counts = take_schedule(PROMPT_TOKENS, 80)
+    warmed = stream_of(flow, inputs, cache)
+    first = warmed.mel(inputs["tokens"][:, : counts[0]], finalize=False)
+    assert warmed.computed_frames == 2 * (PROMPT_TOKENS + counts[0] - LOOKAHEAD) - CACHED
+    expected = stream_of(flow, inputs, None).mel(inputs["tokens"][:, : counts[0]], finalize=False)
+    assert (first - expected).abs().max().item() <= 1e-6
+    short = take_inputs(prompt_tokens=20, tokens=10, seed=17)
+    assert not warm_prompt_cache(flow, short["prompt_token"], short["prompt_feat"], short["embedding"], cache)
+    assert not warm_prompt_cache(flow, *voice, DiTPromptCache(1024))  # refused: larger than the budget
 
 
 def test_a_cached_entry_is_never_written_by_the_takes_that_use_it(flow):
