@@ -5,7 +5,9 @@ Offline (not streamed) takes run upstream's calls once: the flow with full atten
 first hop padded to the prompt's 25-token grid, later hops 50 then 100, 3 lookahead tokens), but where
 upstream re-runs the flow and HiFT over everything so far at every hop (quadratic in the take's length),
 `DiTFlowStream` computes only the new mel frames over its cached chunks and `CausalHiftStream` only the new
-samples over a bounded left context: the same audio at a flat cost per chunk.
+samples over a bounded left context: the same audio at a flat cost per chunk. A voice's prompt chunks come
+from the process-wide prompt cache after its first take; on CUDA the chunks of takes due together run as one
+batched solve on the flow's scheduler thread (`flow_scheduler`), as CosyVoice2's do.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
+from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
+from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
 from studio.tts.cosyvoice3.flow_stream import BUFFER_GROWTH, DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, HopSchedule
-from studio.tts.token2wav import StageTimes
+from studio.tts.token2wav import StageTimes, scheduled_default
 
 CFG_ROWS = 2  # the conditional and unconditional rows of classifier-free guidance
 DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
@@ -45,6 +49,8 @@ class DiTWavStream:
     fp16: bool = False
     token_hop_len: int = TOKEN_HOP_LEN
     first_hop: int | None = None  # tokens of a shorter first chunk (None or 0: upstream's)
+    prompt_cache: bool = True  # start from the voice's cached prompt chunks (`STUDIO_PROMPT_CACHE_MB`)
+    scheduled: bool | None = None  # the flow's scheduler batches the chunks (None: on CUDA, as CosyVoice2's)
     schedule: HopSchedule = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,14 +64,20 @@ class DiTWavStream:
         )
         self._flow_stream: DiTFlowStream | None = None
         self._hift_stream: CausalHiftStream | None = None
+        self._scheduler = None
         if self.streaming:
             with self._precision():
-                self._flow_stream = DiTFlowStream(
+                self._flow_stream = DiTFlowStream(  # the prompt on the host: its cache key reads it there
                     self.flow,
-                    self.prompt_token.to(self.device),
-                    self.prompt_feat.to(self.device),
-                    self.embedding.to(self.device),
+                    self.prompt_token.cpu(),
+                    self.prompt_feat.cpu(),
+                    self.embedding.cpu(),
+                    prompt_cache=default_prompt_cache(self.device) if self.prompt_cache else None,
                 )
+            if self.scheduled is None:
+                self.scheduled = scheduled_default(self.device)
+            if self.scheduled:  # the takes' chunks due together run as one batched solve
+                self._scheduler = flow_scheduler_for(self.flow)
             self._hift_stream = CausalHiftStream(self.hift)
 
     def close(self) -> None:
@@ -107,7 +119,9 @@ class DiTWavStream:
         started = time.perf_counter()
         token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
         with self._precision():
-            if self._flow_stream is not None:
+            if self._scheduler is not None:
+                mel = self._scheduler.render(self._flow_stream, token, finalize)
+            elif self._flow_stream is not None:
                 mel = self._flow_stream.mel(token, finalize)
             else:
                 mel = self._offline_mel(token)

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 
 import torch
 
 from studio.model_layout import COSYVOICE3
 from studio.request import Mode
 from studio.tts.cosyvoice2 import END_OF_PROMPT, CosyVoice2
+from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
+from studio.tts.cosyvoice3.flow_scheduler import close_flow_scheduler
+from studio.tts.cosyvoice3.flow_stream import warm_prompt_cache
 from studio.tts.cosyvoice3.token2wav import DiTWavStream, take_state_bytes
 from studio.tts.errors import SynthesisError
 from studio.tts.synthesis import PromptConditioning, SynthesisSpec
@@ -63,8 +67,25 @@ class CosyVoice3(CosyVoice2):
             return super()._instruct_ids(instruct_text)
         return self._encode(f"{SYSTEM_PROMPT} {instruct_text.strip()}{END_OF_PROMPT}")
 
+    def close(self) -> None:
+        super().close()
+        close_flow_scheduler(self.model.flow)
+
     def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> None:
-        """Nothing to warm: CosyVoice3's flow keeps no prompt cache."""
+        """The voice's prompt chunks go into the prompt cache now, so its first streamed take skips them; under
+        the precision the takes use (it is part of the cache's key)."""
+        flow = self.model.flow
+        device = next(flow.parameters()).device
+        cache = default_prompt_cache(device)
+        if cache is None:
+            return
+        precision = (
+            torch.autocast("cuda", dtype=torch.float16)
+            if self.fp16 and device.type == "cuda"
+            else nullcontext()
+        )
+        with precision:
+            warm_prompt_cache(flow, token.reshape(1, -1).to(torch.int32), feat, embedding, cache)
 
     def token2wav_stream(
         self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event

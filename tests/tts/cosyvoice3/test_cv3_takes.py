@@ -224,3 +224,48 @@ def test_a_streamed_takes_state_stays_within_what_the_gate_reserves(voice, promp
     stream.finish(tokens)
     stream.close()
     assert stream.state_bytes == 0
+
+
+def test_a_saved_voices_first_streamed_take_starts_from_the_prompt_cache(voice, prompt_wav):
+    from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
+
+    cache = default_prompt_cache("cpu")
+    tokens = _tokens(120, seed=5)
+
+    def streamed(**fields):
+        spec = SynthesisSpec(text="One line.", stream=True, token_backend=FixedTokens(tokens), **fields)
+        return _audio(voice, spec)[0]
+
+    cache.clear()
+    cold = streamed(mode="cross_lingual", prompt_wav=prompt_wav, prompt_sr=SR)
+    cache.clear()
+    voice.add_zero_shot_spk("Hello there", prompt_wav, "cached", prompt_sr=SR)
+    assert cache.stats()["entries"] == 1  # saving the voice computed its prompt chunks
+    hits = cache.stats()["hits"]
+    warm = streamed(mode="cross_lingual", spk_id="cached")
+    assert cache.stats()["hits"] == hits + 1
+    torch.testing.assert_close(warm, cold, rtol=0, atol=1e-6)
+
+
+def test_takes_on_the_flow_scheduler_equal_their_own(voice, prompt_wav, monkeypatch):
+    """With the scheduler (CUDA's default) two takes' chunks run as batched solves; the audio is the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
+
+    token_lists = [_tokens(130, seed=11), _tokens(90, seed=12)]
+
+    def take(tokens):
+        spec = SynthesisSpec(
+            text="One line.", mode="cross_lingual", prompt_wav=prompt_wav, prompt_sr=SR, stream=True,
+            token_backend=FixedTokens(tokens),
+        )  # fmt: skip
+        return _audio(voice, spec)[0]
+
+    alone = [take(tokens) for tokens in token_lists]
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(take, token_lists))
+    assert flow_scheduler_for(voice.model.flow).stats()["calls"] >= 4
+    for mine, theirs in zip(together, alone, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
