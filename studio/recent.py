@@ -1,13 +1,21 @@
-"""A thread-safe cache of values made from their keys, keeping the most recently used."""
+"""Thread-safe caches keeping the most recently used values: by count (`RecentlyUsed`, values made from
+their keys) or by bytes (`RecentlyUsedBytes`, values that say their size)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 V = TypeVar("V")
+
+
+class Sized(Protocol):
+    nbytes: int
+
+
+S = TypeVar("S", bound=Sized)
 
 
 class RecentlyUsed(Generic[V]):
@@ -42,3 +50,76 @@ class RecentlyUsed(Generic[V]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._values)
+
+
+class RecentlyUsedBytes(Generic[S]):
+    """Values by key within `max_bytes` (each value's ``nbytes``), the least recently used dropped first;
+    counts hits, misses, evictions and values refused for being larger than the whole budget."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self._entries: OrderedDict[Hashable, S] = OrderedDict()
+        self._lock = threading.Lock()
+        self.nbytes = 0
+        self.hits = self.misses = self.evictions = self.rejected = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether `key` has an entry (no hit or miss counted, the order unchanged)."""
+        with self._lock:
+            return key in self._entries
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "entries": len(self._entries),
+                "bytes": self.nbytes,
+                "max_bytes": self.max_bytes,
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+                "rejected": self.rejected,
+            }
+
+    def get(self, key: Hashable) -> S | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether a value of `nbytes` could be kept at all (counts a refusal when not)."""
+        if nbytes <= self.max_bytes:
+            return True
+        with self._lock:
+            self.rejected += 1
+        return False
+
+    def put(self, key: Hashable, value: S) -> bool:
+        """Keep `value` as the most recent, dropping the least recently used until the bytes fit; False
+        (nothing kept) when it alone exceeds the budget."""
+        if not self.fits(value.nbytes):
+            return False
+        with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self.nbytes -= previous.nbytes
+            self._entries[key] = value
+            self.nbytes += value.nbytes
+            while self.nbytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self.nbytes -= evicted.nbytes
+                self.evictions += 1
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0

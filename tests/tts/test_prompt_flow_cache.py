@@ -308,14 +308,14 @@ def test_saving_a_voice_warms_the_cache_for_its_first_streamed_take(
 
 def test_prompt_digests_are_remembered_per_tensor_and_notice_in_place_writes(monkeypatch):
     """Hashing a GPU prompt reads it back (a device sync): the same tensors are hashed once per voice."""
-    from studio.tts.flow.streaming import prompt_cache
+    from studio.tts.device import digests
 
     hashed = []
-    real = prompt_cache._tensor_digest
-    monkeypatch.setattr(prompt_cache, "_tensor_digest", lambda t: hashed.append(t) or real(t))
+    real = digests.tensor_digest
+    monkeypatch.setattr(digests, "tensor_digest", lambda t: hashed.append(t) or real(t))
     feat = torch.randn(1, 40, 80)
-    first = prompt_cache._memo_digest(feat)
-    assert prompt_cache._memo_digest(feat) == first and len(hashed) == 1  # remembered
-    assert prompt_cache._memo_digest(feat.clone()) == first and len(hashed) == 2  # other memory, same content
+    first = digests.remembered_digest(feat)
+    assert digests.remembered_digest(feat) == first and len(hashed) == 1  # remembered
+    assert digests.remembered_digest(feat.clone()) == first and len(hashed) == 2  # other memory, same content
     feat[0, 0, 0] += 1  # an in-place write bumps the version: hashed again, and the digest changes
-    assert prompt_cache._memo_digest(feat) != first and len(hashed) == 3
+    assert digests.remembered_digest(feat) != first and len(hashed) == 3

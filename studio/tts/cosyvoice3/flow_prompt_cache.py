@@ -18,16 +18,14 @@ buffers, so a cached tensor is never written.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import threading
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
 from studio import envs
+from studio.recent import RecentlyUsedBytes
+from studio.tts.device.digests import contents_digest, module_number
 
 DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
 
@@ -56,30 +54,6 @@ def cached_prompt_frames(prompt_tokens: int, lookahead: int, token_mel_ratio: in
     return max(0, (prompt_tokens - lookahead) * token_mel_ratio) // chunk * chunk
 
 
-_flow_numbers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_flow_counter = itertools.count(1)
-_flow_numbers_lock = threading.Lock()
-
-
-def _flow_number(flow: torch.nn.Module) -> int:
-    """A number that stands for this flow module as long as the process lives (`id()` is reused)."""
-    with _flow_numbers_lock:
-        number = _flow_numbers.get(flow)
-        if number is None:
-            number = _flow_numbers[flow] = next(_flow_counter)
-        return number
-
-
-def _content_digest(*tensors: torch.Tensor) -> str:
-    """A digest of the tensors' dtypes, shapes and values (a GPU tensor is read back to the host)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for tensor in tensors:
-        host = tensor.detach().to("cpu").contiguous()
-        digest.update(repr((host.dtype, tuple(host.shape))).encode())
-        digest.update(host.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def prompt_key(
     flow: torch.nn.Module,
     n_timesteps: int,
@@ -92,80 +66,13 @@ def prompt_key(
     weight = flow.decoder.estimator.proj_out.weight
     device_type = weight.device.type
     autocast = str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else None
-    content = _content_digest(prompt_token.long(), prompt_feat, embedding)
-    return (_flow_number(flow), str(weight.device), str(weight.dtype), autocast, int(n_timesteps), content)
+    content = contents_digest(prompt_token.long(), prompt_feat, embedding)
+    return (module_number(flow), str(weight.device), str(weight.dtype), autocast, int(n_timesteps), content)
 
 
-class DiTPromptCache:
+class DiTPromptCache(RecentlyUsedBytes[PromptEntry]):
     """Thread-safe LRU of `PromptEntry`s bounded by `max_bytes`; counts hits, misses, evictions and
     entries refused for being larger than the whole budget."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self._entries: OrderedDict[tuple, PromptEntry] = OrderedDict()
-        self._lock = threading.Lock()
-        self.nbytes = 0
-        self.hits = self.misses = self.evictions = self.rejected = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def stats(self) -> dict:
-        with self._lock:
-            return {
-                "entries": len(self._entries),
-                "bytes": self.nbytes,
-                "max_bytes": self.max_bytes,
-                "hits": self.hits,
-                "misses": self.misses,
-                "evictions": self.evictions,
-                "rejected": self.rejected,
-            }
-
-    def __contains__(self, key: tuple) -> bool:
-        """Whether `key` has an entry (no hit or miss counted, the order unchanged)."""
-        with self._lock:
-            return key in self._entries
-
-    def get(self, key: tuple) -> PromptEntry | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry
-
-    def fits(self, nbytes: int) -> bool:
-        """Whether an entry of `nbytes` could be kept at all (counts a refusal when not)."""
-        if nbytes <= self.max_bytes:
-            return True
-        with self._lock:
-            self.rejected += 1
-        return False
-
-    def put(self, key: tuple, entry: PromptEntry) -> bool:
-        """Keep `entry` as the most recent, evicting the least recently used until the bytes fit; False
-        (nothing kept) when it alone exceeds the budget."""
-        if not self.fits(entry.nbytes):
-            return False
-        with self._lock:
-            previous = self._entries.pop(key, None)
-            if previous is not None:
-                self.nbytes -= previous.nbytes
-            self._entries[key] = entry
-            self.nbytes += entry.nbytes
-            while self.nbytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.nbytes -= evicted.nbytes
-                self.evictions += 1
-            return True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.nbytes = 0
 
 
 _defaults: dict[str, DiTPromptCache | None] = {}

@@ -15,16 +15,14 @@ Entries assume the flow's weights stay as they were when computed: call `clear()
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import threading
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
 from studio import envs
+from studio.recent import RecentlyUsedBytes
+from studio.tts.device.digests import contents_digest, module_number
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.cached_encoder import KVBuffer
 from studio.tts.flow.streaming.incremental import IncrementalFlow
@@ -132,68 +130,6 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
     flow.valid = True
 
 
-_flow_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_flow_counter = itertools.count(1)
-_ids_lock = threading.Lock()
-
-
-def _flow_identity(module: torch.nn.Module) -> int:
-    """A number unique to this flow module for the process's lifetime (``id()`` can be reused)."""
-    with _ids_lock:
-        number = _flow_ids.get(module)
-        if number is None:
-            number = _flow_ids[module] = next(_flow_counter)
-        return number
-
-
-_digests: OrderedDict[tuple, tuple[torch.Tensor, str]] = OrderedDict()
-_digests_lock = threading.Lock()
-_DIGESTS_KEPT = 64
-
-
-def _tensor_digest(tensor: torch.Tensor) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    tensor = tensor.detach().to("cpu").contiguous()
-    h.update(repr((tensor.dtype, tuple(tensor.shape))).encode())
-    h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def _memo_digest(tensor: torch.Tensor) -> str:
-    """`_tensor_digest`, remembered: hashing a GPU tensor reads it back, which waits for the GPU.
-
-    The memo holds the tensor itself, so its memory cannot be reused by another tensor while the entry
-    lives, and the version counter catches in-place writes; a voice's tensors are the same from take to
-    take (the frontend caches them), so later takes hash nothing.
-    """
-    if tensor.is_inference():  # no version counter to tell an in-place write: hash it every time
-        return _tensor_digest(tensor)
-    key = (
-        str(tensor.device),
-        tensor.dtype,
-        tuple(tensor.shape),
-        tensor.stride(),
-        tensor.storage_offset(),
-        tensor.untyped_storage().data_ptr(),
-        tensor._version,
-    )
-    with _digests_lock:
-        entry = _digests.get(key)
-        if entry is not None:
-            _digests.move_to_end(key)
-            return entry[1]
-    digest = _tensor_digest(tensor)
-    with _digests_lock:
-        _digests[key] = (tensor, digest)
-        while len(_digests) > _DIGESTS_KEPT:
-            _digests.popitem(last=False)
-    return digest
-
-
-def _digest(*tensors: torch.Tensor) -> str:
-    return hashlib.blake2b("/".join(_memo_digest(t) for t in tensors).encode(), digest_size=16).hexdigest()
-
-
 def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
     """What the prompt state depends on: flow module, device, compute dtype, steps, and the prompt itself."""
     module = flow.flow
@@ -202,67 +138,13 @@ def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
     autocast = torch.is_autocast_enabled(device.type)
     compute = (str(dtype), str(torch.get_autocast_dtype(device.type)) if autocast else None)
     ids = torch.tensor(flow.prompt_ids, dtype=torch.int64)
-    prompt = _digest(ids, flow.prompt_feat, flow.embedding)
+    prompt = contents_digest(ids, flow.prompt_feat, flow.embedding)
     # a request that recomputes its encoder keeps no encoder state: its snapshots hold the estimator's only
-    return (_flow_identity(module), str(device), compute, n_timesteps, prompt, flow.recompute_encoder)
+    return (module_number(module), str(device), compute, n_timesteps, prompt, flow.recompute_encoder)
 
 
-class PromptFlowCache:
+class PromptFlowCache(RecentlyUsedBytes[PromptSnapshot]):
     """Thread-safe LRU of `PromptSnapshot`s bounded by `max_bytes`; counts hits, misses and evictions."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self._entries: OrderedDict[tuple, PromptSnapshot] = OrderedDict()
-        self._lock = threading.Lock()
-        self.nbytes = 0
-        self.hits = self.misses = self.evictions = self.rejected = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def stats(self) -> dict:
-        with self._lock:
-            return {
-                "entries": len(self._entries),
-                "bytes": self.nbytes,
-                "max_bytes": self.max_bytes,
-                "hits": self.hits,
-                "misses": self.misses,
-                "evictions": self.evictions,
-                "rejected": self.rejected,
-            }
-
-    def get(self, key: tuple) -> PromptSnapshot | None:
-        with self._lock:
-            snap = self._entries.get(key)
-            if snap is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return snap
-
-    def put(self, key: tuple, snap: PromptSnapshot) -> bool:
-        """Store `snap` (most recent), evicting the least recently used; False if it alone exceeds the budget."""
-        with self._lock:
-            if snap.nbytes > self.max_bytes:
-                self.rejected += 1
-                return False
-            previous = self._entries.pop(key, None)
-            if previous is not None:
-                self.nbytes -= previous.nbytes
-            self._entries[key] = snap
-            self.nbytes += snap.nbytes
-            while self.nbytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.nbytes -= evicted.nbytes
-                self.evictions += 1
-            return True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.nbytes = 0
 
     def start(self, flow: IncrementalFlow, n_timesteps: int) -> tuple | None:
         """Before `flow`'s first call: restore its prompt's snapshot on a hit (returns None); on a miss return

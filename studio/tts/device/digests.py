@@ -1,0 +1,77 @@
+"""What a cached flow state is keyed by, for both families' prompt caches: a number per model module that is
+never reused within the process (``id()`` is), and digests of tensors' contents, remembered per tensor
+(hashing a GPU tensor reads it back, which waits for the GPU)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+import weakref
+from collections import OrderedDict
+
+import torch
+
+_module_numbers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_module_counter = itertools.count(1)
+_numbers_lock = threading.Lock()
+
+_digests: OrderedDict[tuple, tuple[torch.Tensor, str]] = OrderedDict()
+_digests_lock = threading.Lock()
+DIGESTS_KEPT = 64
+
+
+def module_number(module: torch.nn.Module) -> int:
+    """A number that stands for this module as long as the process lives."""
+    with _numbers_lock:
+        number = _module_numbers.get(module)
+        if number is None:
+            number = _module_numbers[module] = next(_module_counter)
+        return number
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """A digest of the tensor's dtype, shape and values (a GPU tensor is read back to the host)."""
+    digest = hashlib.blake2b(digest_size=16)
+    host = tensor.detach().to("cpu").contiguous()
+    digest.update(repr((host.dtype, tuple(host.shape))).encode())
+    digest.update(host.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def remembered_digest(tensor: torch.Tensor) -> str:
+    """`tensor_digest`, remembered for the last `DIGESTS_KEPT` tensors.
+
+    The memo holds the tensor itself, so its memory cannot be reused by another tensor while the entry
+    lives, and the version counter catches in-place writes; a voice's tensors are the same from take to
+    take (the frontend caches them), so later takes hash nothing.
+    """
+    if tensor.is_inference():  # no version counter to tell an in-place write: hash it every time
+        return tensor_digest(tensor)
+    key = (
+        str(tensor.device),
+        tensor.dtype,
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.storage_offset(),
+        tensor.untyped_storage().data_ptr(),
+        tensor._version,
+    )
+    with _digests_lock:
+        entry = _digests.get(key)
+        if entry is not None:
+            _digests.move_to_end(key)
+            return entry[1]
+    digest = tensor_digest(tensor)
+    with _digests_lock:
+        _digests[key] = (tensor, digest)
+        while len(_digests) > DIGESTS_KEPT:
+            _digests.popitem(last=False)
+    return digest
+
+
+def contents_digest(*tensors: torch.Tensor) -> str:
+    """One digest of several tensors' contents (each remembered)."""
+    return hashlib.blake2b(
+        "/".join(remembered_digest(t) for t in tensors).encode(), digest_size=16
+    ).hexdigest()
