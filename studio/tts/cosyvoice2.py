@@ -326,6 +326,14 @@ class CosyVoice2:
     ) -> Token2WavStream:
         """The take's token-to-waveform state for one sentence."""
         return Token2WavStream(
+            **self._stream_fields(spec, prompt),
+            generator=torch.Generator(device=self.model.device).manual_seed(seed),
+            cancel=cancel,
+        )
+
+    def _stream_fields(self, spec: SynthesisSpec, prompt: PromptConditioning) -> dict:
+        """What every family's token-to-waveform stream is built from."""
+        return dict(
             flow=self.model.flow,
             hift=self.model.hift,
             prompt_token=prompt.flow_token,
@@ -333,11 +341,9 @@ class CosyVoice2:
             embedding=prompt.embedding,
             streaming=spec.stream,
             speed=float(spec.speed),
-            generator=torch.Generator(device=self.model.device).manual_seed(seed),
             fp16=self.fp16,
             token_hop_len=self.token_hop_len,
             first_hop=spec.first_hop_tokens,
-            cancel=cancel,
         )
 
     def token_filter(self) -> Callable[[int], bool] | None:

@@ -32,7 +32,7 @@ from torch.nn import functional as F
 from studio import envs
 from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
-from studio.tts.flow.streaming.hops import HOP_SCALE, MAX_HOP_LEN, TOKEN_HOP_LEN, HopSchedule
+from studio.tts.flow.streaming.hops import HOP_SCALE, MAX_HOP_LEN, TOKEN_HOP_LEN, ChunkedTake, HopSchedule
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
@@ -81,7 +81,7 @@ class _HiftCache:
 
 
 @dataclass
-class Token2WavStream:
+class Token2WavStream(ChunkedTake):
     """One request's token-to-waveform state: the prompt, the offset reached, the HiFT cache.
 
     Call `ready(n)` to learn whether ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)`
@@ -152,35 +152,7 @@ class Token2WavStream:
         if self._incremental is not None and self.scheduled:
             scheduler_for(self.flow).forget(self)
 
-    # -- streaming schedule (`HopSchedule`) ---------------------------------------------------------
-    @property
-    def token_offset(self) -> int:
-        """Tokens rendered by the streamed chunks so far."""
-        return self.schedule.token_offset
-
-    @property
-    def hop(self) -> int:
-        """Tokens the next streamed chunk advances by."""
-        return self.schedule.hop
-
-    def tokens_needed(self) -> int:
-        """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
-        return self.schedule.tokens_needed()
-
-    def ready(self, n_tokens: int) -> bool:
-        return self.streaming and n_tokens >= self.tokens_needed()
-
-    # -- rendering -------------------------------------------------------------------------------
-    def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
-        """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
-        speech, times = self._render(tokens[: self.tokens_needed()], finalize=False)
-        self.schedule.advance()
-        return speech, times
-
-    def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
-        """Render everything after the last streamed chunk (the whole utterance when not streaming)."""
-        return self._render(tokens, finalize=True)
-
+    # -- rendering (`ChunkedTake` schedules the chunks) ------------------------------------------
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
         times = StageTimes()
         if self._incremental is not None and self.scheduled:

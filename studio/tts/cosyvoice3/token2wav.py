@@ -24,7 +24,7 @@ from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
 from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
 from studio.tts.cosyvoice3.flow_stream import BUFFER_GROWTH, DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
-from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, HopSchedule
+from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, ChunkedTake, HopSchedule
 from studio.tts.token2wav import StageTimes, scheduled_default
 
 CFG_ROWS = 2  # the conditional and unconditional rows of classifier-free guidance
@@ -32,12 +32,8 @@ DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
 
 
 @dataclass
-class DiTWavStream:
-    """One take's token-to-waveform state (the interface of CosyVoice2's `Token2WavStream`).
-
-    `ready(n)` says whether ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)` renders it,
-    `finish(tokens)` renders the rest once the LM is done (the whole take when not streaming).
-    """
+class DiTWavStream(ChunkedTake):
+    """One take's token-to-waveform state: a `ChunkedTake`, as CosyVoice2's `Token2WavStream`."""
 
     flow: torch.nn.Module
     hift: torch.nn.Module
@@ -90,28 +86,6 @@ class DiTWavStream:
     def state_bytes(self) -> int:
         """Bytes of device state the take holds now."""
         return sum(s.state_bytes for s in (self._flow_stream, self._hift_stream) if s is not None)
-
-    # -- streaming schedule ----------------------------------------------------------------------
-    @property
-    def token_offset(self) -> int:
-        return self.schedule.token_offset
-
-    def tokens_needed(self) -> int:
-        return self.schedule.tokens_needed()
-
-    def ready(self, n_tokens: int) -> bool:
-        return self.streaming and n_tokens >= self.tokens_needed()
-
-    # -- rendering -------------------------------------------------------------------------------
-    def chunk(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
-        """Render the next streamed chunk from the token prefix (needs `ready`); returns [1, N] float32."""
-        speech, times = self._render(tokens[: self.tokens_needed()], finalize=False)
-        self.schedule.advance()
-        return speech, times
-
-    def finish(self, tokens: list[int]) -> tuple[torch.Tensor, StageTimes]:
-        """Render everything after the last streamed chunk (the whole take when not streaming)."""
-        return self._render(tokens, finalize=True)
 
     @torch.inference_mode()
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:

@@ -90,18 +90,7 @@ class CosyVoice3(CosyVoice2):
     def token2wav_stream(
         self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
     ) -> DiTWavStream:
-        return DiTWavStream(
-            flow=self.model.flow,
-            hift=self.model.hift,
-            prompt_token=prompt.flow_token,
-            prompt_feat=prompt.flow_feat,
-            embedding=prompt.embedding,
-            streaming=spec.stream,
-            speed=float(spec.speed),
-            fp16=self.fp16,
-            token_hop_len=self.token_hop_len,
-            first_hop=spec.first_hop_tokens,
-        )
+        return DiTWavStream(**self._stream_fields(spec, prompt))
 
     def token_filter(self) -> Callable[[int], bool] | None:
         """At most five silent or breath tokens in a row are kept (upstream's ``llm_job``)."""

@@ -68,3 +68,43 @@ class HopSchedule:
         if not self.realigning:  # a short first chunk's successor keeps the first hop size
             self._hop_len = min(self.max_hop_len, self._hop_len * self.hop_scale)
         return hop
+
+
+class ChunkedTake:
+    """What a take's token-to-waveform stream offers the pipeline, in both families: `ready(n)` says whether
+    ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)` renders it and moves the `schedule`
+    on, `finish(tokens)` renders the rest once the LM is done (the whole take when not streaming). The
+    rendering, ``_render(tokens, finalize) -> (speech [1, N] float32, stage times)``, is the stream's own."""
+
+    schedule: HopSchedule
+    streaming: bool
+
+    @property
+    def token_offset(self) -> int:
+        """Tokens rendered by the streamed chunks so far."""
+        return self.schedule.token_offset
+
+    @property
+    def hop(self) -> int:
+        """Tokens the next streamed chunk advances by."""
+        return self.schedule.hop
+
+    def tokens_needed(self) -> int:
+        """How many decoded tokens the next streamed chunk needs (hop plus lookahead)."""
+        return self.schedule.tokens_needed()
+
+    def ready(self, n_tokens: int) -> bool:
+        return self.streaming and n_tokens >= self.tokens_needed()
+
+    def chunk(self, tokens: list[int]):
+        """Render the next streamed chunk from the token prefix (needs `ready`)."""
+        rendered = self._render(tokens[: self.tokens_needed()], finalize=False)
+        self.schedule.advance()
+        return rendered
+
+    def finish(self, tokens: list[int]):
+        """Render everything after the last streamed chunk (the whole take when not streaming)."""
+        return self._render(tokens, finalize=True)
+
+    def _render(self, tokens: list[int], finalize: bool):
+        raise NotImplementedError
