@@ -18,7 +18,8 @@
 #   trace        one 16-take round traced take by take (scripts/gpu/trace_take.py; a Chrome trace and a table)
 #   llm          the LM alone on vLLM, greedy and RAS, 1 and 16 streams (scripts/gpu/vllm_llm_bench.py)
 #   cv3          CosyVoice3 (a full-size random Fun-CosyVoice3-0.5B in /tmp/full3): bench --tokens 100 at 1, 4 and
-#                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's)
+#                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's), and
+#                the streamed flow's probes in fp16 on CUDA (stream against re-run; batched against one by one)
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
@@ -178,6 +179,14 @@ cv3() {
     --takes 32 --json "$out/h200_cv3-workload-sentences.json" >"$out/cv3-workload.log" 2>&1
   echo "== cv3 workload: rc $?"
   grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-workload.log" | cut -c1-400
+  timeout 150 python3 benchmarks/probes/cv3_flow_stream_check.py --size full --seconds 12 --device cuda \
+    --dtype float16 --json "$out/h200_cv3-flow-stream-check.json" >"$out/cv3-flow-stream.log" 2>&1
+  echo "== cv3 flow stream (fp16, CUDA): rc $?"
+  tail -12 "$out/cv3-flow-stream.log" | cut -c1-200
+  timeout 150 python3 benchmarks/probes/cv3_flow_batch_check.py --size full --takes 1,4,16 --device cuda \
+    --dtype float16 --json "$out/h200_cv3-flow-batch-check.json" >"$out/cv3-flow-batch.log" 2>&1
+  echo "== cv3 flow batch (fp16, CUDA): rc $?"
+  tail -6 "$out/cv3-flow-batch.log" | cut -c1-200
 }
 
 for step in "$@"; do
