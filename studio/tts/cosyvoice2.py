@@ -50,6 +50,9 @@ class CosyVoice2:
     """CosyVoice2-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice2``."""
 
     family = COSYVOICE2  # the model family this class runs (`studio.tts.models.open_model` picks the class)
+    flow_arena = (
+        True  # the flow's batched solve copies takes' states into a shared arena (the budget gives it one)
+    )
 
     def __init__(
         self,
@@ -86,7 +89,7 @@ class CosyVoice2:
         def start_vllm(skeleton, device):  # on this thread, before this process touches CUDA
             if device.type == "cuda" and vram_budget_gb >= 0:
                 self.vram_plan, sizes = plan_before_vllm(
-                    self.model_dir, skeleton, device, budget, fp16, vllm_options
+                    self.model_dir, skeleton, device, budget, fp16, vllm_options, arena=self.flow_arena
                 )
                 vllm_options.update(sizes)  # vLLM's share of the card and its KV cache's bytes
             return vllm.create_vllm_backend(skeleton, self.model_dir, **vllm_options)
@@ -108,7 +111,7 @@ class CosyVoice2:
             self.backend = TorchTokenBackend(self.model.llm)
             self.backend_name = "pytorch"
             if self.model.device.type == "cuda" and vram_budget_gb >= 0:
-                self.vram_plan = plan_budget(self.model.device, budget)
+                self.vram_plan = plan_budget(self.model.device, budget, arena=self.flow_arena)
         if self.vram_plan is not None:
             self.take_gate = enforce_budget(self.vram_plan, self.model)
 

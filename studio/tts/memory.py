@@ -21,13 +21,20 @@ STATE_STEPS = 10  # Euler steps whose keys/values a take's flow state keeps (the
 GROWTH, GROWTH_FLOOR = 1.5, 64  # a state's buffers grow to max(rows needed, 1.5 x before, 64 rows)
 
 
-def plan_budget(device, budget_gb: float | None) -> VramPlan:
-    """The plan of the PyTorch backend, from what is resident once everything has loaded."""
-    return plan_for_device(device, budget_gb, with_vllm=False)
+def plan_budget(device, budget_gb: float | None, arena: bool = True) -> VramPlan:
+    """The plan of the PyTorch backend, from what is resident once everything has loaded (``arena``: the
+    flow batches takes in a shared arena, CosyVoice2's)."""
+    return plan_for_device(device, budget_gb, with_vllm=False, arena=arena)
 
 
 def plan_before_vllm(
-    model_dir: Path, skeleton, device, budget_gb: float | None, fp16: bool, vllm_options: dict
+    model_dir: Path,
+    skeleton,
+    device,
+    budget_gb: float | None,
+    fp16: bool,
+    vllm_options: dict,
+    arena: bool = True,
 ) -> tuple[VramPlan, dict]:
     """The plan made before vLLM starts and before this process loads anything (NVML answers: CUDA stays
     untouched, so vLLM can fork), and vLLM's options that size it: ``gpu_memory_utilization`` and the
@@ -40,7 +47,7 @@ def plan_before_vllm(
     pending = sum((model_dir / name).stat().st_size for name in (FLOW_FILE, HIFT_FILE))
     resident = kept * (2 if fp16 else 4) + pending
     memory = vllm_memory(skeleton, **vllm_options)
-    plan = plan_for_device(device, budget_gb, True, resident=resident, vllm_need=memory.need)
+    plan = plan_for_device(device, budget_gb, True, resident=resident, vllm_need=memory.need, arena=arena)
     sizes = {
         "gpu_memory_utilization": plan.gpu_memory_utilization,
         "kv_cache_memory_bytes": memory.kv_cache_bytes(plan.vllm),

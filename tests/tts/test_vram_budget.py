@@ -49,6 +49,18 @@ def test_the_arena_share_moves_memory_between_the_arena_and_the_takes(monkeypatc
             plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
 
 
+def test_a_flow_without_an_arena_leaves_the_takes_all_of_it(monkeypatch):
+    """CosyVoice3's batched solve reads takes' states in place: its plan has no arena, the takes get the rest."""
+    from studio.tts.cosyvoice2 import CosyVoice2
+    from studio.tts.cosyvoice3.voice import CosyVoice3
+
+    shared = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+    monkeypatch.setenv("STUDIO_FLOW_ARENA_SHARE", "not read without an arena")
+    alone = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True, arena=False)
+    assert alone.flow_arena == 0 and alone.takes == shared.flow_arena + shared.takes
+    assert (CosyVoice2.flow_arena, CosyVoice3.flow_arena) == (True, False)
+
+
 @pytest.mark.parametrize(("budget", "message"), [(4 * GIB, "too small"), (200 * GIB, "more than the card"),
                                                  (0, "positive")])  # fmt: skip
 def test_a_budget_that_cannot_work_says_why(budget, message):

@@ -33,6 +33,7 @@ class CosyVoice3(CosyVoice2):
     """Fun-CosyVoice3-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice3``."""
 
     family = COSYVOICE3
+    flow_arena = False  # its batched solve reads each take's keys and values in place: the takes get it all
 
     def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
         spec.validate()

@@ -78,11 +78,17 @@ def default_budget(free: int) -> int:
 
 
 def plan_vram(
-    budget: int, total: int, resident: int, with_vllm: bool, vllm_need: int | None = None
+    budget: int,
+    total: int,
+    resident: int,
+    with_vllm: bool,
+    vllm_need: int | None = None,
+    arena: bool = True,
 ) -> VramPlan:
     """Split ``budget`` bytes; raises VramBudgetError when it cannot hold the model and one take.
     ``vllm_need``: the most vLLM can use (its weights, runtime and a KV cache for every sequence at
-    full length): its share is never larger, and what it leaves goes to the flow."""
+    full length): its share is never larger, and what it leaves goes to the flow. ``arena=False`` (a flow
+    whose batched solve reads the takes' states in place, CosyVoice3's) leaves the takes all of the rest."""
     if budget <= 0:
         raise VramBudgetError("the VRAM budget must be positive")
     if budget > total:
@@ -100,12 +106,14 @@ def plan_vram(
             f"weights {resident / GIB:.1f} GiB and the runtime {reserve / GIB:.1f} GiB, with at "
             "least 0.5 GiB left for takes"
         )
+    if not arena:
+        return VramPlan(budget, total, resident, vllm, 0, rest)
     share = envs.FLOW_ARENA_SHARE.number()
     share = ARENA_SHARE if share is None else share
     if not 0 < share < 1:
         raise VramBudgetError(f"{envs.FLOW_ARENA_SHARE.name} must be between 0 and 1, got {share}")
-    arena = int(rest * share)
-    return VramPlan(budget, total, resident, vllm, arena, rest - arena)
+    arena_bytes = int(rest * share)
+    return VramPlan(budget, total, resident, vllm, arena_bytes, rest - arena_bytes)
 
 
 def plan_for_device(
@@ -114,16 +122,18 @@ def plan_for_device(
     with_vllm: bool,
     resident: int | None = None,
     vllm_need: int | None = None,
+    arena: bool = True,
 ) -> VramPlan:
     """The plan on a CUDA ``device`` now (``budget_gb`` None: the default share of free memory).
-    ``resident``: the bytes this process holds or is about to load (None: what PyTorch holds now)."""
+    ``resident``: the bytes this process holds or is about to load (None: what PyTorch holds now); ``arena``:
+    as `plan_vram`."""
     import torch
 
     free, total = device_memory(device)
     budget = default_budget(free) if budget_gb is None else int(budget_gb * GIB)
     if resident is None:
         resident = torch.cuda.memory_allocated(_indexed(device))
-    return plan_vram(budget, total, resident, with_vllm, vllm_need)
+    return plan_vram(budget, total, resident, with_vllm, vllm_need, arena)
 
 
 def device_memory(device) -> tuple[int, int]:
