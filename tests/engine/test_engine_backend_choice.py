@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from studio.runtime import runner
-from studio.tts import cosyvoice2
+from studio.tts import models
 from studio.tts.errors import BackendUnavailableError, ModelFolderError
 
 
@@ -25,7 +25,9 @@ class FakeCosyVoice2:
 def fake_runtime(monkeypatch):
     FakeCosyVoice2.built = []
     FakeCosyVoice2.vllm_failure = None
-    monkeypatch.setattr(cosyvoice2, "CosyVoice2", FakeCosyVoice2)
+    monkeypatch.setattr(
+        models, "model_class", lambda model_dir: FakeCosyVoice2
+    )  # the folder's family's class
     monkeypatch.setattr(runner, "vllm_unavailable_reason", lambda: "")
     return FakeCosyVoice2
 
