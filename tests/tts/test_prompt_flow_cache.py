@@ -12,8 +12,9 @@ import threading
 import pytest
 import torch
 
+from studio.tts.device.prompt_caches import budget_bytes
 from studio.tts.flow.streaming.incremental import IncrementalFlow
-from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, budget_bytes, prompt_key
+from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, prompt_key
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
 from tests.tts.test_incremental_flow import (
     TOLERANCE,
@@ -308,14 +309,16 @@ def test_saving_a_voice_warms_the_cache_for_its_first_streamed_take(
 
 def test_prompt_digests_are_remembered_per_tensor_and_notice_in_place_writes(monkeypatch):
     """Hashing a GPU prompt reads it back (a device sync): the same tensors are hashed once per voice."""
-    from studio.tts.device import digests
+    from studio.tts.device import prompt_caches
 
     hashed = []
-    real = digests.tensor_digest
-    monkeypatch.setattr(digests, "tensor_digest", lambda t: hashed.append(t) or real(t))
+    real = prompt_caches.tensor_digest
+    monkeypatch.setattr(prompt_caches, "tensor_digest", lambda t: hashed.append(t) or real(t))
     feat = torch.randn(1, 40, 80)
-    first = digests.remembered_digest(feat)
-    assert digests.remembered_digest(feat) == first and len(hashed) == 1  # remembered
-    assert digests.remembered_digest(feat.clone()) == first and len(hashed) == 2  # other memory, same content
+    first = prompt_caches.remembered_digest(feat)
+    assert prompt_caches.remembered_digest(feat) == first and len(hashed) == 1  # remembered
+    assert (
+        prompt_caches.remembered_digest(feat.clone()) == first and len(hashed) == 2
+    )  # other memory, same content
     feat[0, 0, 0] += 1  # an in-place write bumps the version: hashed again, and the digest changes
-    assert digests.remembered_digest(feat) != first and len(hashed) == 3
+    assert prompt_caches.remembered_digest(feat) != first and len(hashed) == 3

@@ -18,16 +18,12 @@ buffers, so a cached tensor is never written.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from studio import envs
 from studio.recent import RecentlyUsedBytes
-from studio.tts.device.digests import contents_digest, module_number
-
-DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
+from studio.tts.device.prompt_caches import CachePerDevice, contents_digest, module_number
 
 
 @dataclass(frozen=True)
@@ -75,24 +71,10 @@ class DiTPromptCache(RecentlyUsedBytes[PromptEntry]):
     entries refused for being larger than the whole budget."""
 
 
-_defaults: dict[str, DiTPromptCache | None] = {}
-_defaults_lock = threading.Lock()
-
-
-def budget_bytes(device_type: str) -> int:
-    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
-    megabytes = envs.PROMPT_CACHE_MB.number()
-    if megabytes is None:
-        megabytes = DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
-    return max(0, int(megabytes * 2**20))
+_defaults: CachePerDevice[DiTPromptCache] = CachePerDevice(DiTPromptCache)
 
 
 def default_prompt_cache(device: torch.device | str) -> DiTPromptCache | None:
     """The process's CosyVoice3 prompt cache for a device type (sized on first use); None when the
     budget is 0."""
-    device_type = torch.device(device).type
-    with _defaults_lock:
-        if device_type not in _defaults:
-            budget = budget_bytes(device_type)
-            _defaults[device_type] = DiTPromptCache(budget) if budget > 0 else None
-        return _defaults[device_type]
+    return _defaults.get(device)

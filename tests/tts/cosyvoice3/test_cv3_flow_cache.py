@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from studio.tts.cosyvoice3 import flow_prompt_cache
 from studio.tts.cosyvoice3.flow_prompt_cache import (
     DiTPromptCache,
-    budget_bytes,
     cached_prompt_frames,
     default_prompt_cache,
 )
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, warm_prompt_cache
+from studio.tts.device.prompt_caches import budget_bytes
 from tests.tts.cosyvoice3.test_cv3_flow_stream import LOOKAHEAD, small_flow, take_inputs, take_schedule
 
 UNLIMITED = 2**40
@@ -198,7 +199,7 @@ def test_the_budget_follows_studio_prompt_cache_mb(monkeypatch):
     monkeypatch.delenv("STUDIO_PROMPT_CACHE_MB")
     assert budget_bytes("cuda") == 1024 * 2**20 and budget_bytes("cpu") == 256 * 2**20
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "0")
-    monkeypatch.setattr("studio.tts.cosyvoice3.flow_prompt_cache._defaults", {})
+    monkeypatch.setattr(flow_prompt_cache, "_defaults", flow_prompt_cache.CachePerDevice(DiTPromptCache))
     assert default_prompt_cache("cpu") is None
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "many")
     with pytest.raises(ValueError, match="STUDIO_PROMPT_CACHE_MB must be a number"):

@@ -15,19 +15,15 @@ Entries assume the flow's weights stay as they were when computed: call `clear()
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from studio import envs
 from studio.recent import RecentlyUsedBytes
-from studio.tts.device.digests import contents_digest, module_number
+from studio.tts.device.prompt_caches import CachePerDevice, contents_digest, module_number
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.cached_encoder import KVBuffer
 from studio.tts.flow.streaming.incremental import IncrementalFlow
-
-DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
 
 
 @dataclass(frozen=True)
@@ -193,23 +189,9 @@ class PromptFlowCache(RecentlyUsedBytes[PromptSnapshot]):
         return self.store(key, flow)
 
 
-_defaults: dict[str, PromptFlowCache | None] = {}
-_defaults_lock = threading.Lock()
-
-
-def budget_bytes(device_type: str) -> int:
-    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
-    megabytes = envs.PROMPT_CACHE_MB.number()
-    if megabytes is None:
-        megabytes = DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
-    return max(0, int(megabytes * 2**20))
+_defaults: CachePerDevice[PromptFlowCache] = CachePerDevice(PromptFlowCache)
 
 
 def default_cache(device: torch.device | str) -> PromptFlowCache | None:
     """The process-wide cache for a device type (sized once, on first use); None when the budget is 0."""
-    device_type = torch.device(device).type
-    with _defaults_lock:
-        if device_type not in _defaults:
-            budget = budget_bytes(device_type)
-            _defaults[device_type] = PromptFlowCache(budget) if budget > 0 else None
-        return _defaults[device_type]
+    return _defaults.get(device)

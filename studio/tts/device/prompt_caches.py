@@ -1,6 +1,7 @@
-"""What a cached flow state is keyed by, for both families' prompt caches: a number per model module that is
-never reused within the process (``id()`` is), and digests of tensors' contents, remembered per tensor
-(hashing a GPU tensor reads it back, which waits for the GPU)."""
+"""What both families' per-voice prompt caches share: what a cached flow state is keyed by (a number per model
+module that is never reused within the process, as ``id()`` is; digests of tensors' contents, remembered per
+tensor, since hashing a GPU tensor reads it back, which waits for the GPU), the budget
+(``STUDIO_PROMPT_CACHE_MB``) and one process-wide cache per device type."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import torch
+
+from studio import envs
+
+DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
 
 _module_numbers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _module_counter = itertools.count(1)
@@ -75,3 +82,32 @@ def contents_digest(*tensors: torch.Tensor) -> str:
     return hashlib.blake2b(
         "/".join(remembered_digest(t) for t in tensors).encode(), digest_size=16
     ).hexdigest()
+
+
+def budget_bytes(device_type: str) -> int:
+    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
+    megabytes = envs.PROMPT_CACHE_MB.number()
+    if megabytes is None:
+        megabytes = DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])
+    return max(0, int(megabytes * 2**20))
+
+
+C = TypeVar("C")
+
+
+class CachePerDevice(Generic[C]):
+    """One process-wide cache per device type, made by ``make(budget_bytes)`` on first use; None when the
+    budget is 0."""
+
+    def __init__(self, make: Callable[[int], C]):
+        self._make = make
+        self._caches: dict[str, C | None] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: torch.device | str) -> C | None:
+        device_type = torch.device(device).type
+        with self._lock:
+            if device_type not in self._caches:
+                budget = budget_bytes(device_type)
+                self._caches[device_type] = self._make(budget) if budget > 0 else None
+            return self._caches[device_type]
