@@ -7,6 +7,13 @@ batched solve (`render_calls`, as `flow_batch.mel_many`); calls that arrive mean
 So takes whose chunks fall due at the same time share each Euler step's and block's matrix products, and
 their kernels no longer interleave on the device.
 
+When more calls are queued than `max_takes`, the most urgent go first, as in CosyVoice2's chunk scheduler:
+takes with no audio out yet (their listeners wait for the first sound), then the earliest deadline (when the
+audio a take handed out so far will have played), then arrival order. A call whose take is cancelled while it
+waits leaves the queue without running and raises `FlowCallCancelled` (the take's stream raises it on as `ChunkCancelled`: the take ends quietly).
+A batch that makes first chunks has the GPU to itself while the LM decodes for no other take: vLLM's LM
+steps wait from its start to its end (`flow_turn.hold`, as CosyVoice2's ticks of first chunks).
+
 A call that is invalid on its own (closed stream, shrinking tokens, ...) fails alone, with the error `mel`
 would raise, before its batch runs; a failure inside a batch's solve reaches every call of that batch (their
 streams' states are then unknown: the takes should end). With `gather_seconds` > 0 the worker, once it has
@@ -15,31 +22,54 @@ a call, waits up to that long for more (until `max_takes` are queued) before it 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from studio import envs
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_calls
+from studio.tts.device import flow_turn
 
 DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
+CANCEL_POLL_SECONDS = 0.02  # how late a waiting take notices its cancel
 
 
-@dataclass
+class FlowCallCancelled(Exception):
+    """The take was cancelled while its flow call waited: the call never ran (`DiTWavStream` raises it on
+    as CosyVoice2's `ChunkCancelled`, which the pipeline reads as the take's end)."""
+
+
+@dataclass(eq=False)  # a call is itself: the queue finds and removes it by identity
 class _Job:
     stream: DiTFlowStream
     tokens: torch.Tensor
     finalize: bool
     autocast: tuple  # (device type, enabled, dtype): the caller's, which the worker runs under
+    first: bool  # the take's first chunk: nothing of it plays yet
+    deadline: float  # monotonic seconds by which the take needs this call's audio
+    seq: int  # arrival order
+    cancel: threading.Event | None = None
     result: Future = field(default_factory=Future)
 
     @property
     def group(self) -> tuple:
         return (id(self.stream.flow), self.stream.n_timesteps, self.autocast)
+
+    @property
+    def urgency(self) -> tuple:
+        """Sort key, most urgent first: first chunks, then the earliest deadline, then arrival."""
+        return (not self.first, self.deadline, self.seq)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
 def _caller_autocast(device: torch.device) -> tuple:
@@ -62,25 +92,88 @@ class DiTFlowScheduler:
             )
         self.max_takes = int(max_takes)
         self.gather_seconds = max(0.0, float(gather_seconds))
-        self._queue: deque[_Job] = deque()
+        self._queue: list[_Job] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._paused = 0
+        self._seq = itertools.count()
         self.batches = self.calls = self.largest_batch = 0
+        self.cancelled = 0  # calls that left the queue unrun because their take was cancelled
+        self.turn_batches = 0  # batches during which the LM waited (first chunks, no other take decoding)
+        self.order: deque[int] = deque(maxlen=1024)  # `seq` of the calls in the order the worker took them
 
-    def render(self, stream: DiTFlowStream, tokens: torch.Tensor, finalize: bool) -> torch.Tensor:
+    def render(
+        self,
+        stream: DiTFlowStream,
+        tokens: torch.Tensor,
+        finalize: bool,
+        *,
+        cancel: threading.Event | None = None,
+        first: bool = False,
+        deadline: float | None = None,
+    ) -> torch.Tensor:
         """`stream.mel(tokens, finalize)`, run by the worker in a batch with other takes' calls; blocks
-        until it ran and returns its mel [1, 80, F] float32, or raises its error."""
-        job = _Job(stream, tokens, finalize, _caller_autocast(stream.device))
+        until it ran and returns its mel [1, 80, F] float32, or raises its error.
+
+        first: the take has no audio out yet; deadline: when the take needs this audio (monotonic; None:
+        now); both order the queue when more calls wait than a batch takes. cancel: once set while the
+        call waits, the call leaves the queue unrun and raises `FlowCallCancelled`."""
+        now = time.monotonic()
+        job = _Job(
+            stream,
+            tokens,
+            finalize,
+            _caller_autocast(stream.device),
+            first=first,
+            deadline=now if deadline is None else deadline,
+            seq=next(self._seq),
+            cancel=cancel,
+        )
         with self._wake:
             if self._closed:
                 raise RuntimeError("this flow scheduler is closed")
+            if job.cancelled:
+                self.cancelled += 1
+                raise FlowCallCancelled("the take was cancelled before its flow call was queued")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="cv3-flow-scheduler", daemon=True)
                 self._thread.start()
             self._queue.append(job)
             self._wake.notify_all()
-        return job.result.result()
+        if cancel is None:
+            return job.result.result()
+        while True:
+            try:
+                return job.result.result(timeout=CANCEL_POLL_SECONDS)
+            except FutureTimeout:
+                if cancel.is_set() and self._withdraw(job):
+                    raise FlowCallCancelled("the take was cancelled while its flow call waited") from None
+
+    def _withdraw(self, job: _Job) -> bool:
+        """Take a cancelled call out of the queue; False once the worker has it (it then runs)."""
+        with self._wake:
+            if job not in self._queue:
+                return False
+            self._queue.remove(job)
+            self.cancelled += 1
+            return True
+
+    def queued(self) -> int:
+        with self._wake:
+            return len(self._queue)
+
+    @contextmanager
+    def paused(self):
+        """The worker takes no new call until the block ends (what queues meanwhile then goes by urgency)."""
+        with self._wake:
+            self._paused += 1
+        try:
+            yield self
+        finally:
+            with self._wake:
+                self._paused -= 1
+                self._wake.notify_all()
 
     def stats(self) -> dict:
         with self._wake:
@@ -89,6 +182,8 @@ class DiTFlowScheduler:
                 "calls": self.calls,
                 "largest_batch": self.largest_batch,
                 "queued": len(self._queue),
+                "cancelled": self.cancelled,
+                "turn_batches": self.turn_batches,
             }
 
     def close(self) -> None:
@@ -110,17 +205,28 @@ class DiTFlowScheduler:
             jobs = self._next_jobs()
             if jobs is None:
                 return
+            if not jobs:
+                continue
             groups: dict[tuple, list[_Job]] = {}
             for job in jobs:
                 groups.setdefault(job.group, []).append(job)
-            for group in groups.values():
-                self._run_group(group)
+            first_chunks = sum(job.first for job in jobs)
+            # before the batch's first kernel: the LM's next step waits (only this batch's takes need it)
+            held = bool(first_chunks) and flow_turn.hold(first_chunks)
+            self.turn_batches += held
+            try:
+                for group in groups.values():
+                    self._run_group(group)
+            finally:
+                if held:
+                    flow_turn.release()
 
     def _next_jobs(self) -> list[_Job] | None:
-        """Wait for calls (and, with `gather_seconds`, for more of them); take at most `max_takes`, one
-        per stream (a stream's second call waits for the next batch). None once closed."""
+        """Wait for calls (and, with `gather_seconds`, for more of them); take the `max_takes` most urgent,
+        one per stream (a stream's second call waits for the next batch). Calls of cancelled takes leave
+        with `FlowCallCancelled`; an empty list when only those were queued. None once closed."""
         with self._wake:
-            while not self._queue and not self._closed:
+            while (not self._queue or self._paused) and not self._closed:
                 self._wake.wait()
             if self._closed:
                 return None
@@ -130,18 +236,25 @@ class DiTFlowScheduler:
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            taken, later, streams = [], deque(), set()
-            while self._queue:
-                job = self._queue.popleft()
-                if len(taken) < self.max_takes and id(job.stream) not in streams:
+            self._queue.sort(key=lambda job: job.urgency)
+            taken, later, streams = [], [], set()
+            for job in self._queue:
+                if job.cancelled:
+                    self.cancelled += 1
+                    job.result.set_exception(
+                        FlowCallCancelled("the take was cancelled while its flow call waited")
+                    )
+                elif len(taken) < self.max_takes and id(job.stream) not in streams:
                     taken.append(job)
                     streams.add(id(job.stream))
                 else:
                     later.append(job)
             self._queue = later
-            self.batches += 1
-            self.calls += len(taken)
-            self.largest_batch = max(self.largest_batch, len(taken))
+            if taken:
+                self.batches += 1
+                self.calls += len(taken)
+                self.largest_batch = max(self.largest_batch, len(taken))
+                self.order.extend(job.seq for job in taken)
             return taken
 
     @staticmethod

@@ -7,12 +7,15 @@ upstream re-runs the flow and HiFT over everything so far at every hop (quadrati
 `DiTFlowStream` computes only the new mel frames over its cached chunks and `CausalHiftStream` only the new
 samples over a bounded left context: the same audio at a flat cost per chunk. A voice's prompt chunks come
 from the process-wide prompt cache after its first take; on CUDA the chunks of takes due together run as one
-batched solve on the flow's scheduler thread (`flow_scheduler`), as CosyVoice2's do.
+batched solve on the flow's scheduler thread (`flow_scheduler`), as CosyVoice2's do: most urgent first (the
+stream's `first_pending` and `deadline`), and a chunk whose take's `cancel` is set while it waits leaves the
+queue unrun with `ChunkCancelled`, which the pipeline reads as the take's quiet end.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -21,11 +24,12 @@ import torch
 from torch.nn import functional as F
 
 from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
-from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
+from studio.tts.cosyvoice3.flow_scheduler import FlowCallCancelled, flow_scheduler_for
 from studio.tts.cosyvoice3.flow_stream import BUFFER_GROWTH, DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, ChunkedTake, HopSchedule
-from studio.tts.token2wav import StageTimes, scheduled_default
+from studio.tts.scheduler import ChunkCancelled
+from studio.tts.token2wav import SAMPLE_RATE, StageTimes, scheduled_default
 
 CFG_ROWS = 2  # the conditional and unconditional rows of classifier-free guidance
 DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
@@ -47,6 +51,7 @@ class DiTWavStream(ChunkedTake):
     first_hop: int | None = None  # tokens of a shorter first chunk (None or 0: upstream's)
     prompt_cache: bool = True  # start from the voice's cached prompt chunks (`STUDIO_PROMPT_CACHE_MB`)
     scheduled: bool | None = None  # the flow's scheduler batches the chunks (None: on CUDA, as CosyVoice2's)
+    cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
     schedule: HopSchedule = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,6 +63,8 @@ class DiTWavStream(ChunkedTake):
             token_hop_len=self.token_hop_len,
             first_hop=self.first_hop or 0,
         )
+        self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
+        self._audio_out = 0.0  # seconds of audio handed out so far
         self._flow_stream: DiTFlowStream | None = None
         self._hift_stream: CausalHiftStream | None = None
         self._scheduler = None
@@ -87,6 +94,16 @@ class DiTWavStream(ChunkedTake):
         """Bytes of device state the take holds now."""
         return sum(s.state_bytes for s in (self._flow_stream, self._hift_stream) if s is not None)
 
+    @property
+    def first_pending(self) -> bool:
+        """Nothing of the take was handed out yet: its listener waits for the first sound."""
+        return self._first_out is None
+
+    def deadline(self, now: float) -> float:
+        """When the take's next chunk is due (monotonic): now for its first, else when the audio handed out so
+        far would have played from the first chunk on (the flow's scheduler serves the earliest first)."""
+        return now if self._first_out is None else self._first_out + self._audio_out
+
     @torch.inference_mode()
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
         times = StageTimes()
@@ -94,7 +111,7 @@ class DiTWavStream(ChunkedTake):
         token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
         with self._precision():
             if self._scheduler is not None:
-                mel = self._scheduler.render(self._flow_stream, token, finalize)
+                mel = self._scheduled_mel(token, finalize)
             elif self._flow_stream is not None:
                 mel = self._flow_stream.mel(token, finalize)
             else:
@@ -110,7 +127,24 @@ class DiTWavStream(ChunkedTake):
                 speech = torch.zeros(1, 0, device=self.device)
         speech = speech.float().cpu()
         times.hift = time.perf_counter() - started
+        if self._first_out is None:
+            self._first_out = time.monotonic()
+        self._audio_out += speech.shape[1] / SAMPLE_RATE
         return speech, times
+
+    def _scheduled_mel(self, token: torch.Tensor, finalize: bool) -> torch.Tensor:
+        """The chunk's mel from the flow's scheduler, queued by the take's urgency."""
+        try:
+            return self._scheduler.render(
+                self._flow_stream,
+                token,
+                finalize,
+                cancel=self.cancel,
+                first=self.first_pending,
+                deadline=self.deadline(time.monotonic()),
+            )
+        except FlowCallCancelled as cancelled:
+            raise ChunkCancelled(str(cancelled)) from None
 
     def _offline_mel(self, token: torch.Tensor) -> torch.Tensor:
         if token.shape[1] == 0:

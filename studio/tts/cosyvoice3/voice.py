@@ -91,7 +91,7 @@ class CosyVoice3(CosyVoice2):
     def token2wav_stream(
         self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
     ) -> DiTWavStream:
-        return DiTWavStream(**self._stream_fields(spec, prompt))
+        return DiTWavStream(**self._stream_fields(spec, prompt), cancel=cancel)
 
     def token_filter(self) -> Callable[[int], bool] | None:
         """At most five silent or breath tokens in a row are kept (upstream's ``llm_job``)."""

@@ -70,7 +70,14 @@ def test_take_threads_get_their_own_results_from_shared_batches(flow):
     scheduler.close()
     assert not errors
     stats = scheduler.stats()
-    assert stats == {"batches": 4, "calls": 16, "largest_batch": 4, "queued": 0}
+    assert stats == {
+        "batches": 4,
+        "calls": 16,
+        "largest_batch": 4,
+        "queued": 0,
+        "cancelled": 0,
+        "turn_batches": 0,
+    }
     assert len(cache) == 2  # the 9-token prompt has no chunk to cache
     assert cache.stats()["misses"] == 2 and cache.stats()["hits"] == 1
     for index, inputs in enumerate(takes):
