@@ -103,9 +103,8 @@ def from_modelscope(target: Path, timeout: float, repo_id: str = MODELSCOPE_ID) 
 
 
 def run(args: argparse.Namespace) -> int:
-    family = getattr(args, "family", "cosyvoice2")
-    hf_id, modelscope_id, folder_name = RELEASES[family]
-    target = Path(args.to).expanduser() if args.to else default_target(family)
+    hf_id, modelscope_id, folder_name = RELEASES[args.family]
+    target = Path(args.to).expanduser() if args.to else default_target(args.family)
     created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)

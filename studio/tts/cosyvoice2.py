@@ -267,10 +267,7 @@ class CosyVoice2:
     def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
         """Validate and prepare the request now (errors raise here), then return its chunk generator."""
         spec.validate()
-        return self._run(spec, self._prepare_prompt(spec))
-
-    def _run(self, spec: SynthesisSpec, prompt: PromptConditioning) -> Iterator[dict]:
-        """The take's chunk generator, sentence by sentence, once the prompt is prepared."""
+        prompt = self._prepare_prompt(spec)
         return run_take(self, spec, prompt, self._split(spec.text, spec.text_frontend))
 
     # -- request preparation ---------------------------------------------------------------------

@@ -57,6 +57,7 @@ from studio.tts.flow.cfm import NOISE_FRAMES
 
 #: a full key/value buffer grows to this many times its size (whole chunks), so growth copies are rare
 BUFFER_GROWTH = 1.5
+DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class DiTFlowStream:
         prompt_token: torch.Tensor,
         prompt_feat: torch.Tensor,
         embedding: torch.Tensor,
-        n_timesteps: int = 10,
+        n_timesteps: int = DEFAULT_STEPS,
         prompt_cache: DiTPromptCache | None = None,
     ):
         """flow: a CausalMaskedDiffWithDiT; prompt_token [1, P] int; prompt_feat [1, 2P, 80];
@@ -393,3 +394,24 @@ def render_calls(calls: Sequence[FlowCall]) -> list[torch.Tensor]:
         call.stream._finish(call, None if plan is None else next(solved))
         for call, plan in zip(calls, plans, strict=True)
     ]
+
+
+def max_state_bytes(
+    flow: CausalMaskedDiffWithDiT, prompt_frames: int, max_tokens: int, n_timesteps: int = DEFAULT_STEPS
+) -> int:
+    """The most a `DiTFlowStream`'s state can hold (the `TakeGate` reserves it): keys and values of every DiT
+    block for every mel frame (prompt and take), Euler step and guidance row, in the flow's dtype, in buffers
+    that grow by half their size in whole chunks; plus each take's fixed part (time modulations, the position
+    convolutions' left frames)."""
+    estimator = flow.decoder.estimator
+    blocks = len(estimator.transformer_blocks)
+    width = estimator.proj_out.in_features
+    chunk = int(estimator.static_chunk_size)
+    element = next(flow.parameters()).element_size()
+    frames = prompt_frames + max_tokens * int(flow.token_mel_ratio)
+    rows = math.ceil(BUFFER_GROWTH * frames) + chunk
+    per_frame = blocks * 2 * width * CFG_ROWS * n_timesteps * element
+    modulations = n_timesteps * (blocks * 6 + 2) * width * element
+    conv_frames = estimator.input_embed.conv_pos_embed.kernel_size - 1
+    conv_context = n_timesteps * 2 * CFG_ROWS * width * conv_frames * element
+    return rows * per_frame + modulations + conv_context

@@ -14,7 +14,6 @@ queue unrun with `ChunkCancelled`, which the pipeline reads as the take's quiet 
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from contextlib import nullcontext
@@ -25,14 +24,11 @@ from torch.nn import functional as F
 
 from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
 from studio.tts.cosyvoice3.flow_scheduler import FlowCallCancelled, flow_scheduler_for
-from studio.tts.cosyvoice3.flow_stream import BUFFER_GROWTH, DiTFlowStream
+from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, ChunkedTake, HopSchedule
 from studio.tts.scheduler import ChunkCancelled
 from studio.tts.token2wav import SAMPLE_RATE, StageTimes, scheduled_default
-
-CFG_ROWS = 2  # the conditional and unconditional rows of classifier-free guidance
-DEFAULT_STEPS = 10  # upstream's Euler steps for CosyVoice3's flow
 
 
 @dataclass
@@ -174,22 +170,3 @@ class DiTWavStream(ChunkedTake):
         if self.fp16 and self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.float16)
         return nullcontext()
-
-
-def take_state_bytes(flow: torch.nn.Module, prompt_frames: int, max_tokens: int) -> int:
-    """The most a streamed take's flow state can hold (the `TakeGate` reserves it): keys and values of every DiT
-    block for every mel frame (prompt and take), Euler step and guidance row, in the flow's dtype, in buffers
-    that grow by half their size in whole chunks; plus each take's fixed part (time modulations, the position
-    convolutions' left frames)."""
-    estimator = flow.decoder.estimator
-    blocks = len(estimator.transformer_blocks)
-    width = estimator.proj_out.in_features
-    chunk = int(estimator.static_chunk_size)
-    element = next(flow.parameters()).element_size()
-    frames = prompt_frames + max_tokens * int(flow.token_mel_ratio)
-    rows = math.ceil(BUFFER_GROWTH * frames) + chunk
-    per_frame = blocks * 2 * width * CFG_ROWS * DEFAULT_STEPS * element
-    modulations = DEFAULT_STEPS * (blocks * 6 + 2) * width * element
-    conv_frames = estimator.input_embed.conv_pos_embed.kernel_size - 1
-    conv_context = DEFAULT_STEPS * 2 * CFG_ROWS * width * conv_frames * element
-    return rows * per_frame + modulations + conv_context

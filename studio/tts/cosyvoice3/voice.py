@@ -10,7 +10,7 @@ studio's fields stay plain text; text that already holds ``<|endofprompt|>`` is 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -20,8 +20,8 @@ from studio.request import Mode
 from studio.tts.cosyvoice2 import END_OF_PROMPT, CosyVoice2
 from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
 from studio.tts.cosyvoice3.flow_scheduler import close_flow_scheduler
-from studio.tts.cosyvoice3.flow_stream import warm_prompt_cache
-from studio.tts.cosyvoice3.token2wav import DiTWavStream, take_state_bytes
+from studio.tts.cosyvoice3.flow_stream import max_state_bytes, warm_prompt_cache
+from studio.tts.cosyvoice3.token2wav import DiTWavStream
 from studio.tts.errors import SynthesisError
 from studio.tts.synthesis import PromptConditioning, SynthesisSpec
 
@@ -35,18 +35,19 @@ class CosyVoice3(CosyVoice2):
     family = COSYVOICE3
     flow_arena = False  # its batched solve reads each take's keys and values in place: the takes get it all
 
-    def synthesize(self, spec: SynthesisSpec) -> Iterator[dict]:
-        spec.validate()
-        prompt = self._prepare_prompt(spec)
+    def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:
+        prompt = super()._prepare_prompt(spec)
         if END_OF_PROMPT in spec.text and spec.mode is Mode.CROSS_LINGUAL:
             prompt.prompt_text_ids = []  # upstream's format: the system prompt is in the text itself
         self._check_end_of_prompt(prompt, spec.text)
-        return super()._run(spec, prompt)
+        return prompt
 
     def _check_end_of_prompt(self, prompt: PromptConditioning, text: str) -> None:
         """CosyVoice3's LM needs ``<|endofprompt|>`` in its prompt text or text (upstream asserts it)."""
-        marker = self._encode(END_OF_PROMPT)
-        if (marker and marker[-1] in prompt.prompt_text_ids) or END_OF_PROMPT in text:
+        if (
+            self.model.frontend.text.token_id(END_OF_PROMPT) in prompt.prompt_text_ids
+            or END_OF_PROMPT in text
+        ):
             return
         raise SynthesisError(
             f"CosyVoice3 needs {END_OF_PROMPT} in the prompt text or the text; this saved voice's "
@@ -100,4 +101,4 @@ class CosyVoice3(CosyVoice2):
         return SilentRunLimiter(self.model.llm.silent_tokens).keep
 
     def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
-        return take_state_bytes(self.model.flow, prompt_frames, max_tokens)
+        return max_state_bytes(self.model.flow, prompt_frames, max_tokens)

@@ -209,11 +209,12 @@ def test_a_saved_voice_without_end_of_prompt_is_refused(voice, prompt_wav):
 
 
 def test_a_streamed_takes_state_stays_within_what_the_gate_reserves(voice, prompt_wav):
-    from studio.tts.cosyvoice3.token2wav import DiTWavStream, take_state_bytes
+    from studio.tts.cosyvoice3.flow_stream import max_state_bytes
+    from studio.tts.cosyvoice3.token2wav import DiTWavStream
 
     prompt_token, feat, embedding = _prompt(voice, prompt_wav)
     tokens = _tokens(400, seed=9)
-    bound = take_state_bytes(voice.model.flow, feat.shape[1], len(tokens))
+    bound = max_state_bytes(voice.model.flow, feat.shape[1], len(tokens))
     stream = DiTWavStream(voice.model.flow, voice.model.hift, prompt_token, feat, embedding, streaming=True)
     held = []
     while stream.ready(len(tokens)):
