@@ -27,12 +27,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from studio import envs
 from studio.tts.device.cuda_graphs import bucket_batch
 from studio.tts.device.transfer import to_device
-from studio.tts.flow.streaming.hops import HOP_SCALE, MAX_HOP_LEN, TOKEN_HOP_LEN, ChunkedTake, HopSchedule
+from studio.tts.flow.streaming.hops import (
+    HOP_SCALE,
+    MAX_HOP_LEN,
+    TOKEN_HOP_LEN,
+    ChunkedTake,
+    HopSchedule,
+)
 from studio.tts.flow.streaming.incremental import FlowStep, IncrementalFlow, begin_many
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, default_cache
 from studio.tts.flow.streaming.solver import solver_for
@@ -47,7 +52,6 @@ MEL_CACHE_LEN = 8
 SAMPLES_PER_MEL_FRAME = 480
 SOURCE_CACHE_LEN = MEL_CACHE_LEN * SAMPLES_PER_MEL_FRAME
 _HAMMING = torch.from_numpy(np.hamming(2 * SOURCE_CACHE_LEN)).float()  # the chunks' cross-fade window
-SAMPLE_RATE = 24000
 
 
 def _incremental_default() -> bool:
@@ -122,8 +126,6 @@ class Token2WavStream(ChunkedTake):
         )
         self.device = next(self.flow.parameters()).device
         self.window = to_device(_HAMMING, self.device)  # never waits for the flow's queued GPU work
-        self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
-        self._audio_out = 0.0  # seconds of audio handed out so far
         if self.scheduled is None:
             self.scheduled = scheduled_default(self.device)
         self._incremental = None
@@ -164,26 +166,8 @@ class Token2WavStream(ChunkedTake):
             started = time.perf_counter()
             speech = self.vocode(mel, finalize).cpu()
             times.hift = time.perf_counter() - started
-        if self._first_out is None:
-            self._first_out = time.monotonic()
-        self._audio_out += speech.shape[1] / SAMPLE_RATE
+        self._handed_out(speech)
         return speech, times
-
-    @property
-    def first_pending(self) -> bool:
-        """Nothing of the take was handed out yet: its listener waits for the first sound."""
-        return self._first_out is None
-
-    def deadline(self, now: float) -> float:
-        """When the take's next chunk is due (monotonic): now for its first, else when the audio handed
-        out so far would have played from the first chunk on (the `ChunkScheduler` serves the earliest)."""
-        return now if self._first_out is None else self._first_out + self._audio_out
-
-    def autocast(self):
-        """The full-prefix flow's precision: float16 autocast when the take asked for fp16 on CUDA (upstream's)."""
-        if self.fp16 and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.float16)
-        return nullcontext()
 
     def precision(self):
         """The incremental flow's precision (encoder and Euler solve; the scheduler enters it too)."""
@@ -248,11 +232,6 @@ class Token2WavStream(ChunkedTake):
                 finalize=finalize,
             )
         return self._speed(mel.float()[:, :, self.token_offset * self.mel_ratio :])
-
-    def _speed(self, mel: torch.Tensor) -> torch.Tensor:
-        if self.speed != 1.0 and mel.shape[2] > 0:
-            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
-        return mel
 
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn import functional as F
 
 from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
 from studio.tts.cosyvoice3.flow_scheduler import FlowCallCancelled, flow_scheduler_for
@@ -28,7 +26,7 @@ from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, ChunkedTake, HopSchedule
 from studio.tts.scheduler import ChunkCancelled
-from studio.tts.token2wav import SAMPLE_RATE, StageTimes, scheduled_default
+from studio.tts.token2wav import StageTimes, scheduled_default
 
 
 @dataclass
@@ -59,13 +57,11 @@ class DiTWavStream(ChunkedTake):
             token_hop_len=self.token_hop_len,
             first_hop=self.first_hop or 0,
         )
-        self._first_out: float | None = None  # when the first chunk was handed out (monotonic)
-        self._audio_out = 0.0  # seconds of audio handed out so far
         self._flow_stream: DiTFlowStream | None = None
         self._hift_stream: CausalHiftStream | None = None
         self._scheduler = None
         if self.streaming:
-            with self._precision():
+            with self.autocast():
                 self._flow_stream = DiTFlowStream(  # the prompt on the host: its cache key reads it there
                     self.flow,
                     self.prompt_token.cpu(),
@@ -90,22 +86,12 @@ class DiTWavStream(ChunkedTake):
         """Bytes of device state the take holds now."""
         return sum(s.state_bytes for s in (self._flow_stream, self._hift_stream) if s is not None)
 
-    @property
-    def first_pending(self) -> bool:
-        """Nothing of the take was handed out yet: its listener waits for the first sound."""
-        return self._first_out is None
-
-    def deadline(self, now: float) -> float:
-        """When the take's next chunk is due (monotonic): now for its first, else when the audio handed out so
-        far would have played from the first chunk on (the flow's scheduler serves the earliest first)."""
-        return now if self._first_out is None else self._first_out + self._audio_out
-
     @torch.inference_mode()
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
         times = StageTimes()
         started = time.perf_counter()
         token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
-        with self._precision():
+        with self.autocast():
             if self._scheduler is not None:
                 mel = self._scheduled_mel(token, finalize)
             elif self._flow_stream is not None:
@@ -123,9 +109,7 @@ class DiTWavStream(ChunkedTake):
                 speech = torch.zeros(1, 0, device=self.device)
         speech = speech.float().cpu()
         times.hift = time.perf_counter() - started
-        if self._first_out is None:
-            self._first_out = time.monotonic()
-        self._audio_out += speech.shape[1] / SAMPLE_RATE
+        self._handed_out(speech)
         return speech, times
 
     def _scheduled_mel(self, token: torch.Tensor, finalize: bool) -> torch.Tensor:
@@ -158,15 +142,3 @@ class DiTWavStream(ChunkedTake):
             finalize=True,
         )
         return mel
-
-    def _speed(self, mel: torch.Tensor) -> torch.Tensor:
-        """``speed`` stretches each chunk's mel (upstream applies it to offline takes only)."""
-        if self.speed != 1.0 and mel.shape[2] > 0:
-            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
-        return mel
-
-    def _precision(self):
-        """float16 autocast when the take asked for fp16 on CUDA (upstream's)."""
-        if self.fp16 and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.float16)
-        return nullcontext()

@@ -8,13 +8,19 @@ after it. The schedule here is per take (upstream keeps the growing hop on the m
 from __future__ import annotations
 
 import math
+import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
 
 TOKEN_HOP_LEN = 25
 # Upstream's schedule (token_max_hop_len = 4 * hop, stream_scale_factor = 2): later chunks are larger, so a
 # take makes fewer flow and vocoder calls, each on more frames (a step costs about the same).
 HOP_SCALE = 2
 MAX_HOP_LEN = 4 * TOKEN_HOP_LEN
+SAMPLE_RATE = 24000  # both families' audio
 
 
 @dataclass
@@ -74,10 +80,16 @@ class ChunkedTake:
     """What a take's token-to-waveform stream offers the pipeline, in both families: `ready(n)` says whether
     ``n`` decoded tokens allow another streamed chunk, `chunk(tokens)` renders it and moves the `schedule`
     on, `finish(tokens)` renders the rest once the LM is done (the whole take when not streaming). The
-    rendering, ``_render(tokens, finalize) -> (speech [1, N] float32, stage times)``, is the stream's own."""
+    rendering, ``_render(tokens, finalize) -> (speech [1, N] float32, stage times)``, is the stream's own; it
+    reports what it hands out (`_handed_out`), which tells a scheduler how urgent the take is (`deadline`)."""
 
     schedule: HopSchedule
     streaming: bool
+    speed: float
+    fp16: bool
+    device: torch.device
+    _first_out: float | None = None  # when the first chunk was handed out (monotonic)
+    _audio_out: float = 0.0  # seconds of audio handed out so far
 
     @property
     def token_offset(self) -> int:
@@ -108,3 +120,31 @@ class ChunkedTake:
 
     def _render(self, tokens: list[int], finalize: bool):
         raise NotImplementedError
+
+    def _handed_out(self, speech: torch.Tensor) -> None:
+        """A chunk of ``speech`` [1, N] (at `SAMPLE_RATE`) goes to the listener."""
+        if self._first_out is None:
+            self._first_out = time.monotonic()
+        self._audio_out += speech.shape[1] / SAMPLE_RATE
+
+    @property
+    def first_pending(self) -> bool:
+        """Nothing of the take was handed out yet: its listener waits for the first sound."""
+        return self._first_out is None
+
+    def deadline(self, now: float) -> float:
+        """When the take's next chunk is due (monotonic): now for its first, else when the audio handed
+        out so far would have played from the first chunk on (schedulers serve the earliest first)."""
+        return now if self._first_out is None else self._first_out + self._audio_out
+
+    def autocast(self):
+        """float16 autocast when the take asked for fp16 on CUDA (upstream's precision for the flow)."""
+        if self.fp16 and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return nullcontext()
+
+    def _speed(self, mel: torch.Tensor) -> torch.Tensor:
+        """``speed`` stretches the chunk's mel [1, 80, T] in time."""
+        if self.speed != 1.0 and mel.shape[2] > 0:
+            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / self.speed)), mode="linear")
+        return mel
