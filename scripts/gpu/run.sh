@@ -7,7 +7,7 @@
 #   gputests     the tests that need CUDA (captures, host copies, the flow's turn, RAS graphs) and tests/vllm
 #   checks       CUDA graphs against eager (flow solver, flow encoder, HiFT batches) and the chunk scheduler's
 #                audio against the takes' own threads (benchmarks/probes/*_check.py)
-#   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget
+#   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload24 alone)
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
@@ -19,11 +19,12 @@
 #   llm          the LM alone on vLLM, greedy and RAS, 1 and 16 streams (scripts/gpu/vllm_llm_bench.py)
 #   cv3          CosyVoice3 (a full-size random Fun-CosyVoice3-0.5B in /tmp/full3): bench --tokens 100 at 1, 4 and
 #                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's), and
-#                the streamed flow's probes in fp16 on CUDA (stream against re-run; batched against one by one)
+#                the streamed flow's probes in fp16 on CUDA (stream against re-run; batched against one by one);
+#                cv3-bench (make-model and --tokens 100) and cv3-probes (the rest) split it across two calls
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick workload long http http24 tokens100 tokens100-24 starts trace llm cv3"
+steps="install gputests checks quick workload workload24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -54,6 +55,10 @@ workload_bench() {  # $1: name, $2: seconds allowed, rest: bench flags
 
 workload() {
   workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
+  workload24
+}
+
+workload24() {
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
 }
 
@@ -169,12 +174,20 @@ llm() {
 }
 
 cv3() {
+  cv3_bench
+  cv3_probes
+}
+
+cv3_bench() {
   [ -f /tmp/full3/cosyvoice3.yaml ] ||
     python3 -m studio make-model --family cosyvoice3 --size full /tmp/full3 >"$out/make-model-cv3.log" 2>&1
   timeout 280 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 --warmup-rounds 2 \
     --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
   echo "== cv3 tokens100: rc $?"
   grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+}
+
+cv3_probes() {
   timeout 240 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --workload sentences --concurrency 1,16 \
     --takes 32 --json "$out/h200_cv3-workload-sentences.json" >"$out/cv3-workload.log" 2>&1
   echo "== cv3 workload: rc $?"
@@ -192,7 +205,9 @@ cv3() {
 for step in "$@"; do
   case $step in
     tokens100-24) tokens100_24 ;;
-    install | gputests | checks | quick | workload | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    cv3-bench) cv3_bench ;;
+    cv3-probes) cv3_probes ;;
+    install | gputests | checks | quick | workload | workload24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
