@@ -225,7 +225,7 @@ class CausalSineSource(nn.Module):
             block = torch.rand(1, length, self.harmonics, generator=self._noise_generator)
             self._noise_blocks.append(block)
             drawn += length
-        if self._noise_blocks[0].device != device:
+        if any(block.device != device for block in self._noise_blocks):
             self._noise_blocks = [block.to(device) for block in self._noise_blocks]
         if self._noise_given:
             return self._noise_blocks[0][:, first_sample:end]

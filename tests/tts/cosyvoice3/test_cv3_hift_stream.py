@@ -181,3 +181,15 @@ def test_the_source_stays_float32_when_the_model_is_cast_to_half():
     assert model.m_source.noise.dtype == torch.float32 and torch.equal(model.m_source.noise, noise)
     assert after.dtype == torch.float32
     assert float((after - before).abs().max()) < 1e-2  # only l_linear's weights were rounded to half
+
+
+def test_noise_drawn_later_follows_the_table_to_the_models_device():
+    """A stream on a GPU draws its noise a second at a time: the seconds drawn after the table moved to the device
+    join it there (meta stands in for CUDA: torch.cat refuses to mix it with the CPU, as it refuses cuda with cpu)."""
+    from studio.tts.cosyvoice3.hift import CausalSineSource
+
+    source = CausalSineSource(24000, 480, 8, 0.1, 0.003, 10.0, noise_samples=24000 * 5, noise_seed=1)
+    meta = torch.device("meta")
+    assert source._noise_at(0, 24000, meta).device == meta
+    later = source._noise_at(12000, 36000, meta)
+    assert later.device == meta and later.shape == (1, 36000, 9)
