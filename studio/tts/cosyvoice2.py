@@ -23,7 +23,13 @@ from studio.model_layout import COSYVOICE2, SPK2INFO_FILE
 from studio.request import Mode
 from studio.tts.errors import BackendUnavailableError, ModelFolderError, SynthesisError
 from studio.tts.loader import load_model_folder_beside, load_spk2info
-from studio.tts.memory import enforce_budget, plan_before_vllm, plan_budget, take_state_bytes
+from studio.tts.memory import (
+    enforce_budget,
+    lean_take_state_bytes,
+    plan_before_vllm,
+    plan_budget,
+    take_state_bytes,
+)
 from studio.tts.pipeline import run_take
 from studio.tts.scheduler import close_scheduler
 from studio.tts.synthesis import PromptConditioning, SynthesisSpec
@@ -322,13 +328,20 @@ class CosyVoice2:
 
     # -- the model family's take parts (the pipeline asks; CosyVoice3 overrides them) ------------
     def token2wav_stream(
-        self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
+        self,
+        spec: SynthesisSpec,
+        prompt: PromptConditioning,
+        seed: int,
+        cancel: threading.Event,
+        keep_flow_state: bool = True,
     ) -> Token2WavStream:
-        """The take's token-to-waveform state for one sentence."""
+        """The take's token-to-waveform state for one sentence (``keep_flow_state`` False: admitted lean, see
+        `lean_take_state_bytes`)."""
         return Token2WavStream(
             **self._stream_fields(spec, prompt),
             generator=torch.Generator(device=self.model.device).manual_seed(seed),
             cancel=cancel,
+            keep_flow_state=keep_flow_state,
         )
 
     def _stream_fields(self, spec: SynthesisSpec, prompt: PromptConditioning) -> dict:
@@ -353,6 +366,11 @@ class CosyVoice2:
     def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
         """What a take's state can grow to on the device (the `TakeGate` reserves it)."""
         return take_state_bytes(self.model, prompt_frames, max_tokens)
+
+    def lean_take_state_bytes(self, prompt_frames: int) -> int | None:
+        """What a take that keeps no flow state holds (it solves its frames again at every chunk, upstream's
+        way): the gate admits it so when its kept state does not fit. None: this family has no such mode."""
+        return lean_take_state_bytes(self.model, prompt_frames)
 
     def _prompt_features(self, prompt_wav: Any, prompt_sr: int | None):
         """(speech tokens, flow mel [1, 2T, 80], speaker embedding [1, 192]) from a prompt recording."""

@@ -12,13 +12,14 @@ import torch
 
 from studio.model_layout import COSYVOICE2, FLOW_FILE, HIFT_FILE
 from studio.tts.device.vram_budget import VramPlan, cap_process, plan_for_device
+from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.take_gate import TakeGate
 
 log = logging.getLogger(__name__)
 
 STATE_STEPS = 10  # Euler steps whose keys/values a take's flow state keeps (the runtime's n_timesteps)
-GROWTH, GROWTH_FLOOR = 1.5, 64  # a state's buffers grow to max(rows needed, 1.5 x before, 64 rows)
+GROWTH, GROWTH_FLOOR = 1.5, 64  # the encoder's K/V buffers grow to max(rows needed, 1.5 x before, 64 rows)
 
 
 def plan_budget(device, budget_gb: float | None, arena: bool = True) -> VramPlan:
@@ -68,19 +69,36 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     """The most one take's streaming state can hold with ``speech_tokens`` after its prompt: an upper bound,
     so that takes admitted by it never overrun the budget however long they run.
 
-    Per mel frame: every estimator block's keys/values at every Euler step for both CFG rows, and the
-    encoder's keys/values (the up-sampled blocks per frame, the others per token). Both grow by x1.5 from
-    64 rows, so they hold at most 1.5 x their frames; the conv tails (and those at the mark) are fixed.
-    The prompt's frames count in full: a voice whose prompt state is not cached yet computes them itself."""
+    Per mel frame: every estimator block's keys/values at every Euler step for both CFG rows, in whole pages
+    (`PAGE_FRAMES`; a take grows a page at a time and never holds its rows twice), and the encoder's
+    keys/values (the up-sampled blocks per frame, the others per token), which grow by x1.5 from 64 rows by
+    copying: 1.5 x their frames, and the old buffer beside the new one while they grow. The conv tails (and
+    those at the mark) are fixed. The prompt's frames count in full: a voice whose prompt state is not cached
+    yet computes them itself."""
     flow = parts.flow
     dtype = torch.float16 if parts.fp16 else torch.float32
     size = torch.empty((), dtype=dtype).element_size()
     layout = solver_for(flow.decoder).layout
     ratio = int(getattr(flow, "token_mel_ratio", 2))
     encoder = flow.encoder
-    width = 2 * encoder.output_size() * size  # a key and a value per position
-    per_frame = layout.bytes_per_frame(STATE_STEPS, 2, dtype)
-    per_frame += width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
     frames = int(prompt_frames) + ratio * int(speech_tokens)
-    tails = 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4  # float32 under autocast
-    return int(per_frame * max(GROWTH_FLOOR * ratio, math.ceil(GROWTH * frames))) + tails
+    estimator = layout.bytes_per_frame(STATE_STEPS, 2, dtype) * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES)
+    width = 2 * encoder.output_size() * size  # a key and a value per position
+    encoder_per_frame = width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
+    encoder_bytes = encoder_per_frame * (1 + GROWTH) * max(GROWTH_FLOOR * ratio, math.ceil(frames))
+    return int(estimator + encoder_bytes) + _tails_bytes(layout)
+
+
+def lean_take_state_bytes(parts, prompt_frames: int) -> int:
+    """What a take that keeps no estimator state holds (`IncrementalFlow(keep_estimator=False)`): the pages
+    of its prompt's frames while its first call keeps them for the prompt cache, and the conv tails; its
+    encoder is recomputed each call, and each call's keys and values live in the solver's arena."""
+    dtype = torch.float16 if parts.fp16 else torch.float32
+    layout = solver_for(parts.flow.decoder).layout
+    pages = math.ceil(int(prompt_frames) / PAGE_FRAMES)
+    return layout.bytes_per_frame(STATE_STEPS, 2, dtype) * PAGE_FRAMES * pages + _tails_bytes(layout)
+
+
+def _tails_bytes(layout) -> int:
+    """The causal convolutions' left context at the commit point and at the mark (float32 under autocast)."""
+    return 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4

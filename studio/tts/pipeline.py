@@ -83,15 +83,22 @@ def _sentence(
     if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
         # the reservation covers the longest the take can grow (its token bound), never an expected length
         need = voice.take_state_bytes(prompt.flow_feat.shape[1], max_len)
-        with voice.take_gate.admitted(need, cancel) as admitted:
-            if admitted:
-                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
+        lean = voice.lean_take_state_bytes(prompt.flow_feat.shape[1]) if spec.stream else None
+        with voice.take_gate.admitted(need, cancel, lean_bytes=lean) as admission:
+            if admission:
+                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, not admission.lean)
         return
     yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
 
 
 def _sentence_audio(
-    voice: CosyVoice2, spec: SynthesisSpec, prompt: PromptConditioning, generate, cancel, seed: int
+    voice: CosyVoice2,
+    spec: SynthesisSpec,
+    prompt: PromptConditioning,
+    generate,
+    cancel,
+    seed: int,
+    keep_flow_state: bool = True,
 ) -> Iterator[dict]:
     # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
     producer = SpeechTokenProducer(
@@ -99,7 +106,7 @@ def _sentence_audio(
     ).start()
     stream, used = None, 0
     try:
-        stream = voice.token2wav_stream(spec, prompt, seed, cancel)
+        stream = voice.token2wav_stream(spec, prompt, seed, cancel, keep_flow_state)
         while spec.stream:
             available = producer.wait_for(stream.tokens_needed())
             if cancel.is_set():

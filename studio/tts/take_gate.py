@@ -1,6 +1,9 @@
 """Admission of takes against the memory their states will need: beyond the budget a take queues (first
 come, first served) instead of failing, and runs as soon as enough running takes have finished. A take
-larger than the whole budget runs alone. A queued take that is cancelled leaves the queue at once."""
+larger than the whole budget runs alone. A queued take that is cancelled leaves the queue at once.
+
+A take that can also run lean (keeping no flow state: it solves its frames again at every chunk, upstream's
+way, for more GPU work) is admitted lean at once when its kept state does not fit but its lean one does."""
 
 from __future__ import annotations
 
@@ -9,8 +12,16 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A take let in: ``lean`` when by its lean need (it keeps no flow state)."""
+
+    lean: bool = False
 
 
 class TakeGate:
@@ -26,6 +37,7 @@ class TakeGate:
         self._tickets = itertools.count()
         self._condition = threading.Condition()
         self.queued_total = 0  # takes that had to wait (a counter for bench and tests)
+        self.lean_total = 0  # takes admitted lean
         self._waiting_threads: set[int] = set()  # the threads of the takes waiting now
 
     @property
@@ -41,17 +53,25 @@ class TakeGate:
     def _fits(self, need: int) -> bool:
         return self.running == 0 or self.used + need <= self.capacity
 
-    def _enter(self, need: int, cancel: threading.Event | None) -> bool:
+    def _enter(self, need: int, lean_need: int | None, cancel: threading.Event | None) -> int | None:
+        """The bytes taken once admitted (``lean_need`` when only it fits), or None when cancelled."""
         with self._condition:
             ticket = next(self._tickets)
             self._queue.append(ticket)
             waited, thread = False, threading.get_ident()
-            while not (self._queue[0] == ticket and self._fits(need)):
+            while True:
+                if self._queue[0] == ticket:
+                    if self._fits(need):
+                        break
+                    if lean_need is not None and self._fits(lean_need):
+                        need = lean_need
+                        self.lean_total += 1
+                        break
                 if cancel is not None and cancel.is_set():
                     self._queue.remove(ticket)
                     self._waiting_threads.discard(thread)
                     self._condition.notify_all()
-                    return False
+                    return None
                 waited = True
                 self._waiting_threads.add(thread)
                 self._condition.wait(POLL_S)
@@ -61,19 +81,24 @@ class TakeGate:
             self.running += 1
             self.queued_total += waited
             self._condition.notify_all()  # the next in line may fit too
-            return True
+            return need
 
     @contextmanager
-    def admitted(self, need_bytes: int, cancel: threading.Event | None = None) -> Iterator[bool]:
-        """Yields True once admitted, or False when ``cancel`` was set while the take waited."""
+    def admitted(
+        self, need_bytes: int, cancel: threading.Event | None = None, lean_bytes: int | None = None
+    ) -> Iterator[Admission | None]:
+        """Yields an `Admission` once admitted (lean when only ``lean_bytes`` fit), or None when ``cancel`` was
+        set while the take waited."""
         need = max(0, int(need_bytes))
-        if not self._enter(need, cancel):
-            yield False
+        lean = None if lean_bytes is None else min(need, max(0, int(lean_bytes)))
+        taken = self._enter(need, lean, cancel)
+        if taken is None:
+            yield None
             return
         try:
-            yield True
+            yield Admission(lean=taken < need)
         finally:
             with self._condition:
-                self.used -= need
+                self.used -= taken
                 self.running -= 1
                 self._condition.notify_all()

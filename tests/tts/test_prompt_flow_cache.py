@@ -7,12 +7,14 @@ bytes, and requests sharing a cached prompt in parallel must not write into each
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
 import torch
 
 from studio.tts.device.prompt_caches import budget_bytes
+from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES
 from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache, prompt_key
 from studio.tts.token2wav import Token2WavStream, warm_prompt_cache
@@ -139,17 +141,17 @@ def test_a_hit_never_writes_into_the_cached_tensors(modules):  # noqa: F811
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     # the take reads the voice's rows in place and holds only its own frames (not a copy of the prompt's)
     state, shared = user.estimator_state, snap.estimator.length
-    assert state.base is snap.estimator.kv and state.base_length == shared > 0
-    per_frame = state.kv[:, :, :, :, :, :1].nbytes
-    assert state.kv.shape[5] < state.length and state.nbytes < per_frame * state.length
-    assert state.nbytes >= per_frame * (state.length - shared)
+    assert state.base is snap.estimator.base and state.base_length == shared > 0
+    per_frame = state.pages[0][:, :, :, :, :, :1].nbytes
+    pages = math.ceil((state.length - shared) / PAGE_FRAMES)
+    assert len(state.pages) == pages and sum(p.nbytes for p in state.pages) == per_frame * PAGE_FRAMES * pages
 
 
 def _snapshot_tensors(snap):
     for store in (snap.token_store, snap.encoder_store):
         for value in store.values():
             yield from (value.k, value.v) if hasattr(value, "k") else (value,)
-    yield from (snap.estimator.kv, snap.estimator.tails)
+    yield from (snap.estimator.base, snap.estimator.tails)
 
 
 def test_lru_evicts_by_bytes(modules):  # noqa: F811

@@ -36,7 +36,7 @@ class SimulatedCard:
     def held(self) -> int:
         total = 0
         for state in list(self.states.values()):
-            tensors = (state.kv,) if isinstance(state, EstimatorState) else (state.k, state.v)
+            tensors = state.pages if isinstance(state, EstimatorState) else (state.k, state.v)
             total += sum(t.nbytes for t in tensors if t is not None)
         return total
 
@@ -52,9 +52,8 @@ class SimulatedCard:
         reserve, extend = EstimatorState.reserve, KVBuffer.extend
 
         def reserve_on_card(state, end, like):
-            kv = reserve(state, end, like)
+            reserve(state, end, like)
             self.grew(state)
-            return kv
 
         def extend_on_card(buffer, k, v, start):
             views = extend(buffer, k, v, start)
@@ -79,6 +78,7 @@ def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
     capacity = int(2.5 * one_take)  # room for two takes at their bound at once
     card = SimulatedCard(capacity)
     card.install(monkeypatch)
+    monkeypatch.setattr(model, "lean_take_state_bytes", lambda prompt_frames: None)  # no lean mode: all wait
     model.take_gate = TakeGate(capacity)
     lengths, errors = {}, []
 
@@ -114,3 +114,48 @@ def test_a_growth_past_the_simulated_card_is_the_take_failing_for_memory(
     )
     with pytest.raises(SynthesisError, match="ran out of memory"):
         list(tiny_cosyvoice.synthesize(spec))
+
+
+def test_takes_beyond_the_budget_run_lean_at_once_with_the_same_audio(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """Room for one kept take: the others are admitted lean (no flow state kept) instead of waiting, none
+    fails for memory, and a lean take's audio equals the same take's kept one."""
+    model = tiny_cosyvoice
+    spec = dict(
+        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
+    )
+    bound = 20 * len(model._encode(TEXT))
+    capacity = int(1.2 * take_state_bytes(model.model, 2 * 50, bound))
+    card = SimulatedCard(capacity)
+    card.install(monkeypatch)
+    seeds = range(3, 7)
+    kept = {
+        seed: torch.cat([c["tts_speech"] for c in model.synthesize(SynthesisSpec(**spec, seed=seed))], dim=1)
+        for seed in seeds
+    }
+    model.take_gate = gate = TakeGate(capacity)
+    audio, errors, start = {}, [], threading.Barrier(4)
+
+    def run(seed):
+        try:
+            start.wait()
+            chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
+            audio[seed] = torch.cat([c["tts_speech"] for c in chunks], dim=1)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert not errors, [str(e) for e in errors]
+        assert sorted(audio) == [3, 4, 5, 6] and gate.lean_total >= 2 and gate.used == 0
+        assert card.peak <= capacity
+        for seed in seeds:  # the lean takes' audio (and the kept one's) as each take's alone, kept
+            assert audio[seed].shape == kept[seed].shape
+            assert (audio[seed] - kept[seed]).norm() / kept[seed].norm() < 1e-4
+    finally:
+        model.take_gate = None

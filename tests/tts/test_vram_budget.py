@@ -106,7 +106,7 @@ def test_the_gate_queues_in_order_admits_what_fits_and_lets_a_cancelled_take_go(
     for thread in (first, *others, loser):
         thread.join(5)
     assert order == ["a", "b", "c"] and peak[0] == 1  # 60 + 60 > 100: one at a time, first come first served
-    assert cancelled == [False] and gate.used == 0 and gate.running == 0 and gate.waiting == 0
+    assert cancelled == [None] and gate.used == 0 and gate.running == 0 and gate.waiting == 0
     assert not any(gate.queues(t.ident) for t in (first, *others, loser))
     assert gate.queued_total >= 2
     with gate.admitted(500) as admitted:  # larger than the whole budget: runs alone, never refused

@@ -90,8 +90,15 @@ class CosyVoice3(CosyVoice2):
             warm_prompt_cache(flow, token.reshape(1, -1).to(torch.int32), feat, embedding, cache)
 
     def token2wav_stream(
-        self, spec: SynthesisSpec, prompt: PromptConditioning, seed: int, cancel: threading.Event
+        self,
+        spec: SynthesisSpec,
+        prompt: PromptConditioning,
+        seed: int,
+        cancel: threading.Event,
+        keep_flow_state: bool = True,
     ) -> DiTWavStream:
+        if not keep_flow_state:
+            raise ValueError("a CosyVoice3 take always keeps its flow state (it has no lean mode)")
         return DiTWavStream(**self._stream_fields(spec, prompt), cancel=cancel)
 
     def token_filter(self) -> Callable[[int], bool] | None:
@@ -102,3 +109,6 @@ class CosyVoice3(CosyVoice2):
 
     def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
         return max_state_bytes(self.model.flow, prompt_frames, max_tokens)
+
+    def lean_take_state_bytes(self, prompt_frames: int) -> int | None:
+        return None  # the DiT stream keeps its keys and values: a take waits for them to fit

@@ -1,6 +1,6 @@
 """The streaming estimator's Euler solve for a batch of takes, with static shapes (CUDA-graph capturable).
 
-Each take's estimator state (`EstimatorState`) is one tensor: the keys/values of every transformer block
+Each take's estimator state (`EstimatorState`, in pages of frames): the keys/values of every transformer block
 at every Euler step for its two classifier-free-guidance rows, plus the causal convolutions' left context.
 `solve_batch` runs all Euler steps for a batch of takes over a shared `WorkArena` into which their states
 were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
@@ -13,7 +13,8 @@ frames. `EstimatorSolver` (tts/flow/streaming/solver.py) forms the batches and r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -72,19 +73,22 @@ class Layout:
         return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
 
 
+PAGE_FRAMES = 64  # a take's own keys/values are kept in pages of this many frames (about 147 MB each, fp16)
+
+
 @dataclass
 class EstimatorState:
     """One take's estimator cache: K/V rows [0, length) for its 2 CFG rows, and the conv tails at `length`.
 
     Rows [0, base_length) may be a prompt cache's tensor (`base`), read by every take of that voice and
-    never written; the take's own tensor `kv` holds the rows after them (its row i is frame
-    base_length + i), so a take's memory grows with its own frames only. Tails are in the compute dtype,
+    never written; the take's own rows after them sit in `pages` of `PAGE_FRAMES` frames (own row i is
+    frame base_length + i, in page i // PAGE_FRAMES). A take grows by a page at a time: what it holds is
+    never copied to grow, so it never needs its bytes twice, and every page is the same size, so a finished
+    take's pages serve the next take without fragmenting the allocator. Tails are in the compute dtype,
     float32 under autocast (which may hand a convolution float32 activations).
     """
 
-    kv: torch.Tensor | None = (
-        None  # [steps, blocks, 2, 2, heads, capacity, head_dim], frames from base_length
-    )
+    pages: list[torch.Tensor] = field(default_factory=list)  # each [steps, blocks, 2, 2, heads, PAGE, d]
     length: int = 0
     written: int = 0  # rows holding computed values (>= length when a mark lay past the commit)
     tails: torch.Tensor | None = None  # [steps, 2, channels, left]; None: the zeros before frame 0
@@ -92,39 +96,45 @@ class EstimatorState:
     base: torch.Tensor | None = None  # shared rows [0, base_length) (a prompt cache's, read only)
     base_length: int = 0
 
-    def reserve(self, end: int, like: torch.Tensor) -> torch.Tensor:
-        """The take's own `kv` with room up to frame `end` (x1.5 growth), keeping its rows before `length`."""
-        kv, own = self.kv, end - self.base_length
-        if kv is None or kv.shape[5] < own or kv.dtype != like.dtype:
-            previous = 0 if kv is None else kv.shape[5]
-            capacity = max(own, previous + previous // 2, 64)
-            grown = like.new_empty(*like.shape[:5], capacity, like.shape[6])
-            kept = self.own_rows()
-            if kv is not None and kept > 0:
-                grown[:, :, :, :, :, :kept] = kv[:, :, :, :, :, :kept]
-            self.kv = grown
-        return self.kv
+    def reserve(self, end: int, like: torch.Tensor) -> None:
+        """Pages up to frame `end` in `like`'s dtype and device (pages of another dtype are converted)."""
+        if self.pages and self.pages[0].dtype != like.dtype:
+            self.pages = [page.to(like.dtype) for page in self.pages]
+        while len(self.pages) * PAGE_FRAMES < end - self.base_length:
+            self.pages.append(self.new_page(like))
+
+    @staticmethod
+    def new_page(like: torch.Tensor) -> torch.Tensor:
+        return like.new_empty(*like.shape[:5], PAGE_FRAMES, like.shape[6])
+
+    def _spans(self, start: int, end: int) -> Iterator[tuple[torch.Tensor, int, int, int]]:
+        """(page, first row in it, rows, absolute frame) covering own frames [start, end)."""
+        row = start - self.base_length
+        while row < end - self.base_length:
+            page, first = divmod(row, PAGE_FRAMES)
+            rows = min(PAGE_FRAMES - first, end - self.base_length - row)
+            yield self.pages[page], first, rows, row + self.base_length
+            row += rows
 
     def write(self, source: torch.Tensor, start: int, end: int) -> None:
         """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows."""
         if start < self.base_length:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
-        kv = self.reserve(end, source)
-        kv[:, :, :, :, :, start - self.base_length : end - self.base_length] = source[
-            :, :, :, :, :, start:end
-        ]
+        self.reserve(end, source)
+        for page, first, rows, frame in self._spans(start, end):
+            page[:, :, :, :, :, first : first + rows] = source[:, :, :, :, :, frame : frame + rows]
 
     def copy_prefix(self, target: torch.Tensor, frames: int) -> None:
         """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames)."""
         shared = min(frames, self.base_length)
         if shared:
             target[:, :, :, :, :, :shared] = self.base[:, :, :, :, :, :shared]
-        if frames > shared:
-            target[:, :, :, :, :, shared:frames] = self.kv[:, :, :, :, :, : frames - shared]
+        for page, first, rows, frame in self._spans(shared, frames):
+            target[:, :, :, :, :, frame : frame + rows] = page[:, :, :, :, :, first : first + rows]
 
     def prefix(self, frames: int) -> torch.Tensor:
         """A new tensor holding frames [0, frames)."""
-        source = self.kv if self.kv is not None else self.base
+        source = self.pages[0] if self.pages else self.base
         out = source.new_empty(*source.shape[:5], frames, source.shape[6])
         self.copy_prefix(out, frames)
         return out
@@ -134,9 +144,9 @@ class EstimatorState:
 
     @property
     def nbytes(self) -> int:
-        """What this take holds itself (shared prompt rows not counted)."""
-        kv = 0 if self.kv is None else self.kv[:, :, :, :, :, : self.own_rows()].nbytes
-        return kv + sum(t.nbytes for t in (self.tails, self.mark_tails) if t is not None)
+        """What this take holds itself: its pages and tails (shared prompt rows not counted)."""
+        held = (*self.pages, self.tails, self.mark_tails)
+        return sum(t.nbytes for t in held if t is not None)
 
 
 @dataclass

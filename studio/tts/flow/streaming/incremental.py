@@ -83,11 +83,17 @@ class IncrementalFlow:
         embedding,
         cache=None,
         recompute_encoder: bool = False,
+        keep_estimator: bool = True,
     ):
         self.flow = flow
+        # False: keeps no estimator keys/values between calls; each call solves the take's frames again from
+        # the prompt's cached state (or frame 0), upstream's way, in the solver's shared arena: what a take
+        # does when the memory for its kept state is short. Its encoder is then recomputed too.
+        self.keep_estimator = keep_estimator
         # True: every call runs the encoder over the whole prefix, batched with other requests' chunks
         # (`begin_many`, batched_encode.py), and keeps no encoder state; the estimator stays incremental
-        self.recompute_encoder = recompute_encoder
+        self.recompute_encoder = recompute_encoder or not keep_estimator
+        self.restored = None  # the prompt cache's snapshot this request started from, if any
         self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
         self.mark: int | None = (
             None  # token position whose state the next call also keeps (see `cached_encoder.Window`)
@@ -125,6 +131,15 @@ class IncrementalFlow:
         self.token_store: dict = {}
         self.estimator_state = EstimatorState()
         self.valid = True
+
+    def _rewind(self) -> None:
+        """The state before the take's first frame: the prompt cache's snapshot it started from, or none."""
+        if self.restored is None:
+            self._reset()
+            return
+        from studio.tts.flow.streaming.prompt_cache import restore  # prompt_cache imports this module
+
+        restore(self, self.restored)
 
     def prompt_boundary(self) -> int:
         """Prompt tokens whose cached state depends on the prompt alone (`prompt_boundary`)."""
@@ -182,6 +197,8 @@ class IncrementalFlow:
         if not finalize and len(ids) <= lookahead:
             raise ValueError(f"a non-final flow chunk needs more than {lookahead} tokens")
         end = len(ids) if finalize else len(ids) - lookahead
+        if not self.keep_estimator and self.valid:
+            self._rewind()  # back to the prompt's state: this call solves the take's frames again
         start = len(self.committed)
         if not self.valid or ids[:start] != self.committed:  # interrupted or not a continuation: start over
             self._reset()
@@ -191,7 +208,8 @@ class IncrementalFlow:
             return FlowStep(
                 None, start * flow.token_mel_ratio, torch.zeros(1, flow.output_size, 0, device=device)
             )
-        commit = start if finalize else max(start, end // self.quantum * self.quantum)
+        keeps = self.keep_estimator and not finalize
+        commit = max(start, end // self.quantum * self.quantum) if keeps else start
         mark, self.mark = self.mark, None
         if mark is not None and not start <= mark <= end:
             mark = None

@@ -88,14 +88,14 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
     if state.mark_tails is None or max(state.length, state.written) < rows:
         raise RuntimeError("prompt cache: the estimator state was not kept at the prompt boundary")
     kv = state.prefix(rows) if rows else None
-    frozen = EstimatorState(kv=kv, length=rows, written=rows, tails=state.mark_tails)
+    frozen = EstimatorState(length=rows, written=rows, tails=state.mark_tails, base=kv, base_length=rows)
     state.mark_tails = None
     return frozen
 
 
 def _frozen_estimator_bytes(state: EstimatorState, rows: int) -> int:
     """What `_freeze_estimator(state, rows)` would keep, in bytes, without copying anything."""
-    source = state.kv if state.kv is not None else state.base
+    source = state.pages[0] if state.pages else state.base
     kv = 0 if source is None else source[:, :, :, :, :, :1].nbytes * rows
     return kv + (0 if state.mark_tails is None else state.mark_tails.nbytes)
 
@@ -107,7 +107,8 @@ def snapshot(flow: IncrementalFlow, boundary: int) -> PromptSnapshot:
     encoder_store, b = _freeze(flow.encoder_store, boundary * ratio)
     estimator = _freeze_estimator(flow.estimator_state, boundary * ratio)
     committed = tuple(flow.prompt_ids[:boundary])
-    return PromptSnapshot(committed, token_store, encoder_store, estimator, a + b + estimator.nbytes)
+    held = estimator.nbytes + (0 if estimator.base is None else estimator.base.nbytes)
+    return PromptSnapshot(committed, token_store, encoder_store, estimator, a + b + held)
 
 
 def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
@@ -120,10 +121,11 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
         length=cached.length,
         written=cached.length,
         tails=cached.tails,
-        base=cached.kv,
+        base=cached.base,
         base_length=cached.length,
     )
     flow.valid = True
+    flow.restored = snap
 
 
 def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
@@ -175,7 +177,11 @@ class PromptFlowCache(RecentlyUsedBytes[PromptSnapshot]):
             with self._lock:
                 self.rejected += 1
             return False
-        return self.put(key, snapshot(flow, boundary))
+        snap = snapshot(flow, boundary)
+        if not self.put(key, snap):
+            return False
+        flow.restored = snap  # a request that keeps no estimator state starts each call from it
+        return True
 
     def warm(self, flow: IncrementalFlow, n_timesteps: int = 10) -> bool:
         """Compute and store a prompt's state ahead of its first take (e.g. when a voice is saved)."""
