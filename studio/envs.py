@@ -127,6 +127,13 @@ FLOW_ARENA_SHARE = _define(
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )
+LEAN_TAKES = _define(
+    "STUDIO_LEAN_TAKES",
+    "0",
+    "with a VRAM budget: a streamed take whose flow state does not fit starts at once keeping none (each chunk "
+    "solves its frames again, upstream's way) instead of waiting for memory",
+    speed=True,
+)
 FLOW_TURN_MS = _define(
     "STUDIO_FLOW_TURN_MS",
     "250",

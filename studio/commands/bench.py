@@ -142,7 +142,9 @@ def flow_counters(loaded) -> dict[str, int]:
 
 def gate_counters(loaded) -> dict:
     gate = getattr(loaded.model, "take_gate", None)
-    return {} if gate is None else {"queued_takes": gate.queued_total, "capacity_bytes": gate.capacity}
+    if gate is None:
+        return {}
+    return {"queued_takes": gate.queued_total, "lean_takes": gate.lean_total, "capacity_bytes": gate.capacity}
 
 
 def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:

@@ -172,7 +172,7 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
         closed_loop(loaded, warm, prompts, args, len(warm), None)
     takes = workloads.takes(args.workload, count, args.seed, args.voices)
     vram.new_window()
-    counters, queued = flow_counters(loaded), gate_counters(loaded).get("queued_takes", 0)
+    counters, gate_before = flow_counters(loaded), gate_counters(loaded)
     start = time.perf_counter()
     deadline = None if args.seconds is None else start + args.seconds
     run = open_loop if open_level else closed_loop
@@ -184,7 +184,10 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
         "backend": loaded.backend,
         ("rate" if open_level else "concurrency"): level if open_level else int(level),
         **figures,
-        "queued": gate_counters(loaded).get("queued_takes", 0) - queued,  # takes that waited for memory
+        **{  # takes that waited for memory, and takes admitted lean (no flow state kept) instead
+            name: gate_counters(loaded).get(key, 0) - gate_before.get(key, 0)
+            for name, key in (("queued", "queued_takes"), ("lean", "lean_takes"))
+        },
         "peak_vram_gib": None if peak is None else peak / GIB,
         "take_seconds": workloads.percentiles([t.seconds for t in takes[: len(records)]]),
         "rtf": workloads.percentiles([r["rtf"] for r in records if "rtf" in r]),
@@ -200,7 +203,7 @@ def print_level(level: dict) -> None:
         f"{level['backend']:8} {where:>10}: {level['takes']} takes, first audio p50/p95/p99 {ms} ms, "
         f"{level['underruns']} underruns ({level['takes_with_underrun']} takes), {level['errors']} errors, "
         f"goodput {level['goodput_takes_per_s']:.2f} takes/s ({level['goodput_share']:.0%}), "
-        f"{level['audio_seconds_per_second']:.2f} audio-s/s, {level['queued']} queued for memory"
+        f"{level['audio_seconds_per_second']:.2f} audio-s/s, {level['queued']} queued for memory, {level.get('lean', 0)} lean"
         + ("" if peak is None else f", peak VRAM {peak:.1f} GiB"),
         flush=True,
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from studio import envs
 from studio.tts.errors import SynthesisError
 from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.scheduler import ChunkCancelled
@@ -83,7 +84,9 @@ def _sentence(
     if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
         # the reservation covers the longest the take can grow (its token bound), never an expected length
         need = voice.take_state_bytes(prompt.flow_feat.shape[1], max_len)
-        lean = voice.lean_take_state_bytes(prompt.flow_feat.shape[1]) if spec.stream else None
+        lean = None
+        if spec.stream and envs.LEAN_TAKES.enabled():  # opt-in: measured slower at 24 GiB (perf-history.md)
+            lean = voice.lean_take_state_bytes(prompt.flow_feat.shape[1])
         with voice.take_gate.admitted(need, cancel, lean_bytes=lean) as admission:
             if admission:
                 yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, not admission.lean)

@@ -78,7 +78,6 @@ def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
     capacity = int(2.5 * one_take)  # room for two takes at their bound at once
     card = SimulatedCard(capacity)
     card.install(monkeypatch)
-    monkeypatch.setattr(model, "lean_take_state_bytes", lambda prompt_frames: None)  # no lean mode: all wait
     model.take_gate = TakeGate(capacity)
     lengths, errors = {}, []
 
@@ -129,6 +128,7 @@ def test_takes_beyond_the_budget_run_lean_at_once_with_the_same_audio(
     capacity = int(1.2 * take_state_bytes(model.model, 2 * 50, bound))
     card = SimulatedCard(capacity)
     card.install(monkeypatch)
+    monkeypatch.setenv("STUDIO_LEAN_TAKES", "1")
     seeds = range(3, 7)
     kept = {
         seed: torch.cat([c["tts_speech"] for c in model.synthesize(SynthesisSpec(**spec, seed=seed))], dim=1)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from studio.tts.cosyvoice2 import SynthesisSpec
-from studio.tts.device.vram_budget import ACTIVATIONS, GIB, VramBudgetError, plan_vram
+from studio.tts.device.prompt_caches import budget_bytes
+from studio.tts.device.vram_budget import ACTIVATIONS, GIB, GRAPH_POOLS, VramBudgetError, plan_vram
 from studio.tts.errors import SynthesisError
 from studio.tts.memory import take_state_bytes
 from studio.tts.take_gate import TakeGate
@@ -18,9 +19,11 @@ from studio.tts.take_gate import TakeGate
 
 def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     plan = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=True)
-    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + 2 * GIB + ACTIVATIONS == pytest.approx(
+    assert plan.vllm + plan.resident + plan.flow_arena + plan.takes + plan.reserved == pytest.approx(
         24 * GIB, abs=2
     )
+    # the runtime's own: CUDA outside PyTorch and slack, the graphs' pools, activations and the prompt cache
+    assert plan.reserved == 1.5 * GIB + 0.5 * GIB + GRAPH_POOLS + ACTIVATIONS + budget_bytes("cuda")
     assert 3 * GIB <= plan.vllm <= 8 * GIB and plan.gpu_memory_utilization == pytest.approx(
         plan.vllm / (140 * GIB)
     )
@@ -29,12 +32,21 @@ def test_a_24_gib_budget_on_an_h200_sizes_vllm_the_arena_and_the_takes():
     # the takes' states and the arena may fill their shares: the activations still have room under the cap
     assert plan.resident + plan.flow_arena + plan.takes + ACTIVATIONS < cap
     assert (
-        plan.takes > 7 * GIB
+        plan.takes > 5.5 * GIB
         and plan.takes == pytest.approx(plan.flow_arena, abs=1)
         and "takes" in plan.describe()
     )
     no_vllm = plan_vram(24 * GIB, 140 * GIB, resident=int(1.2 * GIB), with_vllm=False)
     assert no_vllm.vllm == 0 and no_vllm.takes > plan.takes
+
+
+def test_the_prompt_caches_budget_is_planned_for(monkeypatch):
+    """The voices' cached prompt states live beside the takes: what their budget holds is not the takes'."""
+    monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "2048")
+    large = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+    monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "0")
+    none = plan_vram(24 * GIB, 140 * GIB, resident=GIB, with_vllm=True)
+    assert none.takes + none.flow_arena - (large.takes + large.flow_arena) == pytest.approx(2 * GIB, abs=2)
 
 
 def test_the_arena_share_moves_memory_between_the_arena_and_the_takes(monkeypatch):

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from studio import envs
+from studio.tts.device.prompt_caches import budget_bytes
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,10 @@ DEFAULT_SHARE_OF_FREE = 0.8  # what the studio takes of the free memory when no 
 VLLM_SHARE = 0.15  # of the budget, within [VLLM_MIN, VLLM_MAX]: a 0.5B LM needs little KV cache
 VLLM_MIN, VLLM_MAX = 3 * GIB, 8 * GIB
 OUTSIDE_ALLOCATOR = 1.5 * GIB  # both processes' CUDA contexts and library workspaces: never PyTorch's to use
-ALLOCATOR_SLACK = 0.5 * GIB  # CUDA-graph pools and fragmentation inside this process's cap
+ALLOCATOR_SLACK = 0.5 * GIB  # fragmentation inside this process's cap
+# The CUDA graphs' private pools (the flow solve's, the encoder's and HiFT's captures): 1.4-1.8 GiB measured on
+# the H200 at a 24 GiB budget (results/2026-12-05/README.md); beyond the slack they made long takes fail.
+GRAPH_POOLS = 2 * GIB
 # Activations outside the arena and the takes' states: HiFT's batch (up to 2048 mel frames at 480 samples
 # each, float32), the encoder's batch, the solve's attention scores, cuBLAS workspaces. The take gate fills
 # its share to the last byte, so without this the first take to need them fails for memory.
@@ -48,6 +52,7 @@ class VramPlan:
     vllm: int
     flow_arena: int
     takes: int
+    reserved: int = 0  # the runtime's: CUDA outside PyTorch, slack, graph pools, activations, prompt caches
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -67,6 +72,7 @@ class VramPlan:
             ("weights", self.resident),
             ("flow arena", self.flow_arena),
             ("takes", self.takes),
+            ("runtime", self.reserved),
         )
         return f"VRAM budget {self.budget / GIB:.1f} GiB: " + ", ".join(
             f"{n} {b / GIB:.1f}" for n, b in parts
@@ -98,8 +104,8 @@ def plan_vram(
     vllm = int(min(max(budget * VLLM_SHARE, VLLM_MIN), VLLM_MAX)) if with_vllm else 0
     if with_vllm and vllm_need is not None:
         vllm = min(vllm, int(vllm_need))
-    reserve = OUTSIDE_ALLOCATOR + ALLOCATOR_SLACK + ACTIVATIONS
-    rest = budget - vllm - resident - int(reserve)
+    reserve = int(OUTSIDE_ALLOCATOR + ALLOCATOR_SLACK + GRAPH_POOLS + ACTIVATIONS + budget_bytes("cuda"))
+    rest = budget - vllm - resident - reserve
     if rest < 512 * 2**20:
         raise VramBudgetError(
             f"a VRAM budget of {budget / GIB:.1f} GiB is too small: vLLM needs {vllm / GIB:.1f} GiB, the "
@@ -107,13 +113,13 @@ def plan_vram(
             "least 0.5 GiB left for takes"
         )
     if not arena:
-        return VramPlan(budget, total, resident, vllm, 0, rest)
+        return VramPlan(budget, total, resident, vllm, 0, rest, reserve)
     share = envs.FLOW_ARENA_SHARE.number()
     share = ARENA_SHARE if share is None else share
     if not 0 < share < 1:
         raise VramBudgetError(f"{envs.FLOW_ARENA_SHARE.name} must be between 0 and 1, got {share}")
     arena_bytes = int(rest * share)
-    return VramPlan(budget, total, resident, vllm, arena_bytes, rest - arena_bytes)
+    return VramPlan(budget, total, resident, vllm, arena_bytes, rest - arena_bytes, reserve)
 
 
 def plan_for_device(
