@@ -137,7 +137,23 @@ def flow_counters(loaded) -> dict[str, int]:
         "encoder_captures": 0 if encoder is None else encoder.captures,
         "hift_captures": 0 if hift is None else hift.captures,
     }
-    return {**solver_stats(flow), **scheduler_stats(flow), **captures}
+    return {**solver_stats(flow), **scheduler_stats(flow), **captures, **prompt_cache_counters(parts)}
+
+
+def prompt_cache_counters(parts) -> dict[str, int]:
+    """The family's per-voice prompt cache on the model's device: hits, misses, evictions and refusals (a voice
+    whose prompt state was evicted computes it again in its take's first chunk)."""
+    from studio.model_layout import COSYVOICE3
+
+    if getattr(parts, "family", None) == COSYVOICE3:
+        from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache as default
+    else:
+        from studio.tts.flow.streaming.prompt_cache import default_cache as default
+    cache = default(parts.device)
+    if cache is None:
+        return {}
+    stats = cache.stats()
+    return {f"prompt_cache_{key}": stats[key] for key in ("hits", "misses", "evictions", "rejected")}
 
 
 def gate_counters(loaded) -> dict:
