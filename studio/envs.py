@@ -87,7 +87,7 @@ INCREMENTAL_FLOW = _define(
 )
 PROMPT_CACHE_MB = _define(
     "STUDIO_PROMPT_CACHE_MB",
-    "1024 on CUDA, 256 on CPU",
+    "2048 on CUDA, 256 on CPU",
     "per-voice cache of the prompt's flow state, in MB, one budget per model family (0 = off)",
     speed=True,
 )

@@ -231,7 +231,7 @@ def test_tiny_model_folder_same_voice_twice(tiny_cosyvoice):
 
 def test_budget_from_the_environment(monkeypatch):
     monkeypatch.delenv("STUDIO_PROMPT_CACHE_MB", raising=False)
-    assert budget_bytes("cuda") == 1024 * 2**20 and budget_bytes("cpu") == 256 * 2**20
+    assert budget_bytes("cuda") == 2048 * 2**20 and budget_bytes("cpu") == 256 * 2**20
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "0")
     assert budget_bytes("cpu") == 0
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "lots")

@@ -17,7 +17,9 @@ import torch
 
 from studio import envs
 
-DEFAULT_BUDGET_MB = {"cuda": 1024, "cpu": 256}
+# On CUDA: four voices of 3-6 s prompts (the server's usual library, `bench --workload`'s) in fp16 hold about
+# 1.6 GB (CosyVoice2, 2.3 MB a mel frame) or 1.3 GB (CosyVoice3, 1.8 MB): 1 GiB made them evict each other.
+DEFAULT_BUDGET_MB = {"cuda": 2048, "cpu": 256}
 
 _module_numbers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _module_counter = itertools.count(1)
@@ -85,7 +87,7 @@ def contents_digest(*tensors: torch.Tensor) -> str:
 
 
 def budget_bytes(device_type: str) -> int:
-    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 1024 MB on CUDA and 256 MB elsewhere."""
+    """``$STUDIO_PROMPT_CACHE_MB`` (0 disables), else 2048 MB on CUDA and 256 MB elsewhere."""
     megabytes = envs.PROMPT_CACHE_MB.number()
     if megabytes is None:
         megabytes = DEFAULT_BUDGET_MB.get(device_type, DEFAULT_BUDGET_MB["cpu"])

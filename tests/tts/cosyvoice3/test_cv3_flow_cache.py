@@ -197,7 +197,7 @@ def test_the_budget_follows_studio_prompt_cache_mb(monkeypatch):
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "3")
     assert budget_bytes("cuda") == 3 * 2**20
     monkeypatch.delenv("STUDIO_PROMPT_CACHE_MB")
-    assert budget_bytes("cuda") == 1024 * 2**20 and budget_bytes("cpu") == 256 * 2**20
+    assert budget_bytes("cuda") == 2048 * 2**20 and budget_bytes("cpu") == 256 * 2**20
     monkeypatch.setenv("STUDIO_PROMPT_CACHE_MB", "0")
     monkeypatch.setattr(flow_prompt_cache, "_defaults", flow_prompt_cache.CachePerDevice(DiTPromptCache))
     assert default_prompt_cache("cpu") is None
