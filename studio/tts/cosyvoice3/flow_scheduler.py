@@ -14,6 +14,10 @@ waits leaves the queue without running and raises `FlowCallCancelled` (the take'
 A batch that makes first chunks has the GPU to itself while the LM decodes for no other take: vLLM's LM
 steps wait from its start to its end (`flow_turn.hold`, as CosyVoice2's ticks of first chunks).
 
+A call made with `render_speech` also carries the take's vocoder stream: once the group's mels are solved,
+each is shaped by the take's own function (its speed stretch) and the group's vocoder pushes run as one
+batched push (`hift_batch.vocode_pushes`) on the worker, so the take gets its new samples, not its mel.
+
 A call that is invalid on its own (closed stream, shrinking tokens, ...) fails alone, with the error `mel`
 would raise, before its batch runs; a failure inside a batch's solve reaches every call of that batch (their
 streams' states are then unknown: the takes should end). With `gather_seconds` > 0 the worker, once it has
@@ -26,6 +30,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -35,6 +40,8 @@ import torch
 
 from studio import envs
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_calls
+from studio.tts.cosyvoice3.hift_batch import HiftPush, vocode_pushes
+from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device import flow_turn
 
 DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
@@ -44,6 +51,14 @@ CANCEL_POLL_SECONDS = 0.02  # how late a waiting take notices its cancel
 class FlowCallCancelled(Exception):
     """The take was cancelled while its flow call waited: the call never ran (`DiTWavStream` raises it on
     as CosyVoice2's `ChunkCancelled`, which the pipeline reads as the take's end)."""
+
+
+@dataclass
+class VocodedChunk:
+    """What `render_speech` returns: the chunk's new samples and the worker's time on its vocoder batch."""
+
+    speech: torch.Tensor  # [1, S] float32 on the vocoder's device
+    hift_seconds: float  # the batched push that made them (all of its takes), on the host's clock
 
 
 @dataclass(eq=False)  # a call is itself: the queue finds and removes it by identity
@@ -56,6 +71,8 @@ class _Job:
     deadline: float  # monotonic seconds by which the take needs this call's audio
     seq: int  # arrival order
     cancel: threading.Event | None = None
+    vocoder: CausalHiftStream | None = None  # set: the worker pushes the mel through it (`render_speech`)
+    shape_mel: Callable[[torch.Tensor], torch.Tensor] | None = None  # the mel before the vocoder pushes it
     result: Future = field(default_factory=Future)
 
     @property
@@ -119,17 +136,42 @@ class DiTFlowScheduler:
         first: the take has no audio out yet; deadline: when the take needs this audio (monotonic; None:
         now); both order the queue when more calls wait than a batch takes. cancel: once set while the
         call waits, the call leaves the queue unrun and raises `FlowCallCancelled`."""
-        now = time.monotonic()
-        job = _Job(
+        job = self._job(stream, tokens, finalize, cancel, first, deadline)
+        return self._submit(job)
+
+    def render_speech(
+        self,
+        stream: DiTFlowStream,
+        tokens: torch.Tensor,
+        finalize: bool,
+        vocoder: CausalHiftStream,
+        *,
+        shape_mel: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        cancel: threading.Event | None = None,
+        first: bool = False,
+        deadline: float | None = None,
+    ) -> VocodedChunk:
+        """As `render`, then `vocoder.push(shape_mel(mel), finalize)` in one batched push with the other
+        vocoded calls of the batch (under the same autocast): returns the push's new samples. A push that
+        fails on its own raises its error here alone."""
+        job = self._job(stream, tokens, finalize, cancel, first, deadline)
+        job.vocoder, job.shape_mel = vocoder, shape_mel
+        return self._submit(job)
+
+    def _job(self, stream, tokens, finalize, cancel, first, deadline) -> _Job:
+        return _Job(
             stream,
             tokens,
             finalize,
             _caller_autocast(stream.device),
             first=first,
-            deadline=now if deadline is None else deadline,
+            deadline=time.monotonic() if deadline is None else deadline,
             seq=next(self._seq),
             cancel=cancel,
         )
+
+    def _submit(self, job: _Job):
+        cancel = job.cancel
         with self._wake:
             if self._closed:
                 raise RuntimeError("this flow scheduler is closed")
@@ -269,15 +311,48 @@ class DiTFlowScheduler:
         if not valid:
             return
         kind, enabled, dtype = valid[0][0].autocast
-        try:
-            with torch.autocast(kind, dtype=dtype, enabled=enabled):
+        with torch.autocast(kind, dtype=dtype, enabled=enabled):
+            try:
                 mels = render_calls([call for _, call in valid])
-        except Exception as error:  # noqa: BLE001 - every call of the failed batch gets its error
-            for job, _ in valid:
+            except Exception as error:  # noqa: BLE001 - every call of the failed batch gets its error
+                for job, _ in valid:
+                    job.result.set_exception(error)
+                return
+            vocoded = []
+            for (job, _), mel in zip(valid, mels, strict=True):
+                if job.vocoder is None:
+                    job.result.set_result(mel)
+                else:
+                    vocoded.append((job, mel))
+            if vocoded:
+                DiTFlowScheduler._vocode(vocoded)
+
+    @staticmethod
+    def _vocode(jobs_and_mels: list[tuple[_Job, torch.Tensor]]) -> None:
+        """Push each job's shaped mel through its vocoder, all in one batched push; each job gets its
+        samples or its own push's error (a failure of the batch itself reaches all of them)."""
+        started = time.perf_counter()
+        jobs, pushes = [], []
+        for job, mel in jobs_and_mels:
+            try:
+                shaped = mel if job.shape_mel is None else job.shape_mel(mel)
+            except Exception as error:  # noqa: BLE001 - the job's own error goes back to its take
+                job.result.set_exception(error)
+                continue
+            jobs.append(job)
+            pushes.append(HiftPush(job.vocoder, shaped, job.finalize))
+        try:
+            results = vocode_pushes(pushes)
+        except Exception as error:  # noqa: BLE001 - every push of the failed batch gets its error
+            for job in jobs:
                 job.result.set_exception(error)
             return
-        for (job, _), mel in zip(valid, mels, strict=True):
-            job.result.set_result(mel)
+        seconds = time.perf_counter() - started
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, Exception):
+                job.result.set_exception(result)
+            else:
+                job.result.set_result(VocodedChunk(result, seconds))
 
 
 _schedulers_lock = threading.Lock()

@@ -79,6 +79,25 @@ class HiftStreamState:
         return sum(t.numel() * t.element_size() for t in (self.mel, self.f0, self.cycles))
 
 
+@dataclass
+class F0Request:
+    """The mel a push's F0 is predicted over: F0 frames `begin` .. `stop` - 1 of `mel` are the new ones."""
+
+    mel: torch.Tensor  # [1, mel bins, W] float32
+    begin: int
+    stop: int
+
+
+@dataclass
+class NetworkWindow:
+    """What a push runs the generator on: mel frames start .. start + W - 1 and their source."""
+
+    mel: torch.Tensor  # [1, mel bins, W] float32
+    source: torch.Tensor  # [1, 1, W * upsample_scale] float32
+    start: int  # the window's first frame in the take
+    out_end: int  # frames whose samples have been returned after this push
+
+
 class CausalHiftStream:
     """Vocodes one take pushed as mel chunks; each push returns only the new waveform samples.
 
@@ -111,42 +130,102 @@ class CausalHiftStream:
         """Drop the take's state; pushing afterwards is an error."""
         self.state = None
 
-    @torch.inference_mode()
-    def push(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
-        """The take's next mel frames [1, mel bins, F] (F may be 0) -> its new waveform samples [1, S] float32.
-
-        Without `finalize` the waveform stops `hift.finalize_trim_frames` frames before the mel's end (later
-        frames could still change it); the push with `finalize` ends the take and returns the rest.
-        """
+    def check(self, mel: torch.Tensor) -> None:
+        """Raise the error `push(mel, ...)` would raise before it changes anything (closed or finalized
+        stream, mel not [1, mel bins, frames])."""
         state = self._open_state()
         mel_bins = state.mel.shape[1]
         if mel.dim() != 3 or mel.shape[0] != 1 or mel.shape[1] != mel_bins:
             raise ValueError(
                 f"CausalHiftStream.push: mel must be [1, {mel_bins}, frames], not {list(mel.shape)}"
             )
-        hift = self.hift
+
+    @torch.inference_mode()
+    def push(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
+        """The take's next mel frames [1, mel bins, F] (F may be 0) -> its new waveform samples [1, S] float32.
+
+        Without `finalize` the waveform stops `hift.finalize_trim_frames` frames before the mel's end (later
+        frames could still change it); the push with `finalize` ends the take and returns the rest.
+        `hift_batch.push_many` runs several takes' pushes as one batch, with the same results.
+        """
+        self.accept(mel, finalize)
+        if (request := self.f0_request()) is not None:
+            self.take_f0(self.hift.predict_f0(request.mel, finalize), request)
+        window = self.network_window()
+        if window is None:
+            return self.no_samples()
+        speech = self.hift.decode(window.mel.to(self.hift.conv_pre.bias.dtype), window.source).float()
+        return self.take_speech(speech, window)
+
+    # -- a push's steps, in order (`push`, or `hift_batch.push_many` across takes) --------------------------
+    def accept(self, mel: torch.Tensor, finalize: bool) -> None:
+        """Check the push and append its mel to the take's."""
+        self.check(mel)
+        state = self.state
         state.mel = torch.cat([state.mel, mel.to(state.mel)], dim=2)
         state.finalized = finalize
-        frames = state.frames
-        source_end = frames if finalize else frames - hift.f0_predictor.look_right
-        self._extend_f0(source_end, finalize)
-        out_end = frames if finalize else frames - hift.finalize_trim_frames
+
+    @property
+    def _source_end(self) -> int:
+        """Frames whose F0 (hence source) the mel so far fixes: all once finalized."""
+        state = self.state
+        return state.frames if state.finalized else state.frames - self.hift.f0_predictor.look_right
+
+    def f0_request(self) -> F0Request | None:
+        """The mel window whose F0 the push needs (None: no new frame's F0 is fixed yet)."""
+        state = self.state
+        begin, end = state.f0_end, self._source_end
+        self.last_f0_frames = 0
+        if end <= begin:
+            return None
+        first = max(0, begin - self.hift.f0_predictor.look_back)
+        window = state.mel[:, :, first - state.mel_start :]
+        self.last_f0_frames = window.shape[2]
+        return F0Request(window, begin - first, end - first)
+
+    def take_f0(self, f0: torch.Tensor, request: F0Request) -> None:
+        """F0 predicted over `request`'s window [1, >= request.stop] -> the new frames' F0 and running
+        phases."""
+        state = self.state
+        f0 = f0[:, request.begin : request.stop]
+        start = state.cycles[:, -1] if state.f0_end else None  # the phase after the frame before
+        cycles = self.hift.m_source.cycles(f0, start)
+        state.f0 = torch.cat([state.f0, f0], dim=1)
+        state.cycles = torch.cat([state.cycles, cycles], dim=1)
+
+    def network_window(self) -> NetworkWindow | None:
+        """The mel frames and source the generator runs on for this push (None: no new samples yet)."""
+        state = self.state
+        hift = self.hift
+        source_end = self._source_end
+        out_end = state.frames if state.finalized else state.frames - hift.finalize_trim_frames
         if out_end <= state.frames_out:
-            self.last_network_frames = 0
-            self._drop_unneeded(state)
-            return torch.zeros(1, 0, device=state.mel.device)
+            return None
         start = max(0, state.frames_out - self.look_back)
         source = hift.m_source.excitation(
             state.f0[:, start - state.f0_start : source_end - state.f0_start],
             state.cycles[:, start - state.f0_start : source_end - state.f0_start],
             start,
         )
-        window = state.mel[:, :, start - state.mel_start : source_end - state.mel_start]
-        speech = hift.decode(window.to(hift.conv_pre.bias.dtype), source).float()
-        scale = hift.upsample_scale
-        speech = speech[:, (state.frames_out - start) * scale : (out_end - start) * scale]
-        self.last_network_frames = source_end - start
-        state.frames_out = out_end
+        mel = state.mel[:, :, start - state.mel_start : source_end - state.mel_start]
+        return NetworkWindow(mel, source, start, out_end)
+
+    def no_samples(self) -> torch.Tensor:
+        """End a push that returns no samples."""
+        state = self.state
+        self.last_network_frames = 0
+        self._drop_unneeded(state)
+        return torch.zeros(1, 0, device=state.mel.device)
+
+    def take_speech(self, speech: torch.Tensor, window: NetworkWindow) -> torch.Tensor:
+        """The generator's waveform over `window` [1, >= its samples] -> the push's new samples [1, S]."""
+        state = self.state
+        scale = self.hift.upsample_scale
+        speech = speech[
+            :, (state.frames_out - window.start) * scale : (window.out_end - window.start) * scale
+        ]
+        self.last_network_frames = window.mel.shape[2]
+        state.frames_out = window.out_end
         self._drop_unneeded(state)
         return speech
 
@@ -158,23 +237,6 @@ class CausalHiftStream:
                 "CausalHiftStream: the take was finalized; start a new stream for another take"
             )
         return self.state
-
-    def _extend_f0(self, end: int, finalize: bool) -> None:
-        """Predict F0 and the running phases of frames f0_end .. end - 1 from the mel around them."""
-        state = self.state
-        begin = state.f0_end
-        self.last_f0_frames = 0
-        if end <= begin:
-            return
-        hift = self.hift
-        first = max(0, begin - hift.f0_predictor.look_back)
-        window = state.mel[:, :, first - state.mel_start :]
-        f0 = hift.predict_f0(window, finalize)[:, begin - first :]
-        start = state.cycles[:, -1] if begin else None  # the phase after the frame before, kept for this
-        cycles = hift.m_source.cycles(f0, start)
-        state.f0 = torch.cat([state.f0, f0], dim=1)
-        state.cycles = torch.cat([state.cycles, cycles], dim=1)
-        self.last_f0_frames = window.shape[2]
 
     def _drop_unneeded(self, state: HiftStreamState) -> None:
         """Keep only what the next push reads: its network's left context, the F0 predictor's look-back and

@@ -9,7 +9,9 @@ samples over a bounded left context: the same audio at a flat cost per chunk. A 
 from the process-wide prompt cache after its first take; on CUDA the chunks of takes due together run as one
 batched solve on the flow's scheduler thread (`flow_scheduler`), as CosyVoice2's do: most urgent first (the
 stream's `first_pending` and `deadline`), and a chunk whose take's `cancel` is set while it waits leaves the
-queue unrun with `ChunkCancelled`, which the pipeline reads as the take's quiet end.
+queue unrun with `ChunkCancelled`, which the pipeline reads as the take's quiet end. There the chunk's vocoder
+push also runs on the scheduler thread, batched with the other takes' pushes of the same solve
+(`hift_batch`), so takes no longer run HiFT each on its own thread.
 """
 
 from __future__ import annotations
@@ -88,13 +90,20 @@ class DiTWavStream(ChunkedTake):
 
     @torch.inference_mode()
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:
+        token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
+        if self._scheduler is not None:
+            speech, times = self._scheduled_speech(token, finalize)
+        else:
+            speech, times = self._own_speech(token, finalize)
+        self._handed_out(speech)
+        return speech, times
+
+    def _own_speech(self, token: torch.Tensor, finalize: bool) -> tuple[torch.Tensor, StageTimes]:
+        """The chunk's flow and vocoder run on the take's thread."""
         times = StageTimes()
         started = time.perf_counter()
-        token = torch.tensor([tokens], dtype=torch.int32, device=self.device)
         with self.autocast():
-            if self._scheduler is not None:
-                mel = self._scheduled_mel(token, finalize)
-            elif self._flow_stream is not None:
+            if self._flow_stream is not None:
                 mel = self._flow_stream.mel(token, finalize)
             else:
                 mel = self._offline_mel(token)
@@ -109,22 +118,32 @@ class DiTWavStream(ChunkedTake):
                 speech = torch.zeros(1, 0, device=self.device)
         speech = speech.float().cpu()
         times.hift = time.perf_counter() - started
-        self._handed_out(speech)
         return speech, times
 
-    def _scheduled_mel(self, token: torch.Tensor, finalize: bool) -> torch.Tensor:
-        """The chunk's mel from the flow's scheduler, queued by the take's urgency."""
-        try:
-            return self._scheduler.render(
-                self._flow_stream,
-                token,
-                finalize,
-                cancel=self.cancel,
-                first=self.first_pending,
-                deadline=self.deadline(time.monotonic()),
-            )
-        except FlowCallCancelled as cancelled:
-            raise ChunkCancelled(str(cancelled)) from None
+    def _scheduled_speech(self, token: torch.Tensor, finalize: bool) -> tuple[torch.Tensor, StageTimes]:
+        """The chunk's samples from the flow's scheduler, queued by the take's urgency: its batched solve,
+        the speed stretch, then its batched vocoder push. `StageTimes.hift` is the worker's time on the
+        vocoder batch plus the copy to the host; `flow` the rest (the wait in the queue included)."""
+        started = time.perf_counter()
+        with self.autocast():
+            try:
+                chunk = self._scheduler.render_speech(
+                    self._flow_stream,
+                    token,
+                    finalize,
+                    self._hift_stream,
+                    shape_mel=lambda mel: self._speed(mel.float()),
+                    cancel=self.cancel,
+                    first=self.first_pending,
+                    deadline=self.deadline(time.monotonic()),
+                )
+            except FlowCallCancelled as cancelled:
+                raise ChunkCancelled(str(cancelled)) from None
+        vocoded = time.perf_counter()
+        speech = chunk.speech.float().cpu()
+        done = time.perf_counter()
+        hift = chunk.hift_seconds + (done - vocoded)
+        return speech, StageTimes(flow=max(0.0, done - started - hift), hift=hift)
 
     def _offline_mel(self, token: torch.Tensor) -> torch.Tensor:
         if token.shape[1] == 0:

@@ -1,0 +1,144 @@
+"""Several CosyVoice3 takes' vocoder pushes run as one batch: one F0 prediction and one generator run.
+
+Each take's `CausalHiftStream` push needs the F0 of a mel window and then the generator over another window;
+the windows differ in length from take to take. `push_many` right-pads them to the longest and runs the F0
+predictor once and the generator's network once over the padded batch, then hands each take the frames of
+its own window. Right padding changes nothing a take keeps, because:
+
+- the F0 predictor runs with its zero look-right padding (`finalize`) over zero-padded mel: a finalizing take
+  sees the zeros its own call would, and a take that is not finalizing keeps only frames whose look-right
+  lies inside its window (as its own call without `finalize`); its other convolutions look only back;
+- `conv_pre` looks ahead over zero padding in a take's own call too, and the padding is zeros; every later
+  layer of the network looks only back;
+- the two steps that see a window's right edge are done per take over its own frames: the source's STFT
+  (it reflects the window's last samples) and the inverse STFT (its overlap-add window sum ends there).
+
+So each take's samples equal its own `push` up to float rounding (other kernels for another batch size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from studio.tts.cosyvoice3.hift import CausalHiFTGenerator
+from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
+
+
+class HiftPush(NamedTuple):
+    """One take's push: `stream.push(mel, finalize)`."""
+
+    stream: CausalHiftStream
+    mel: torch.Tensor  # [1, mel bins, F]
+    finalize: bool
+
+
+def _right_padded(windows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[1, C, W_i] tensors -> [N, C, max W_i] zero-padded on the right."""
+    longest = max(window.shape[2] for window in windows)
+    return torch.cat([F.pad(window, (0, longest - window.shape[2])) for window in windows], dim=0)
+
+
+def spectrum(hift: CausalHiFTGenerator, mel: torch.Tensor, source_stft: torch.Tensor) -> torch.Tensor:
+    """`hift.decode`'s network without its inverse STFT: mel [B, 80, T] and the source's STFT
+    [B, n_fft + 2, T * frames per mel frame + 1] -> conv_post's output [B, n_fft + 2, same] float32."""
+    x = hift.conv_pre(mel)
+    source_stft = source_stft.to(x.dtype)
+    for level in range(hift.num_upsamples):
+        x = hift.ups[level](F.leaky_relu(x, hift.lrelu_slope))
+        if level == hift.num_upsamples - 1:
+            x = hift.reflection_pad(x)
+        x = x + hift.source_resblocks[level](hift.source_downs[level](source_stft))
+        blocks = hift.resblocks[level * hift.num_kernels : (level + 1) * hift.num_kernels]
+        summed = blocks[0](x)
+        for block in blocks[1:]:
+            summed = summed + block(x)
+        x = summed / hift.num_kernels
+    return hift.conv_post(F.leaky_relu(x)).float()
+
+
+def waveform(hift: CausalHiFTGenerator, spectrum_frames: torch.Tensor) -> torch.Tensor:
+    """One take's conv_post output [1, n_fft + 2, S] -> its waveform [1, hop * (S - 1)], as `decode` ends."""
+    bins = hift.n_fft // 2 + 1
+    audio = hift._istft(torch.exp(spectrum_frames[:, :bins]), torch.sin(spectrum_frames[:, bins:]))
+    return torch.clamp(audio, -hift.audio_limit, hift.audio_limit)
+
+
+def decode_many(
+    hift: CausalHiFTGenerator, mels: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """`hift.decode(mel_i, source_i)` for each take, the network run once over the right-padded batch:
+    mels [1, 80, W_i], sources [1, 1, W_i * upsample_scale] -> waveforms [1, W_i * upsample_scale]."""
+    stfts = [hift._stft(source.squeeze(1)) for source in sources]
+    frames = [stft.shape[2] for stft in stfts]
+    batch = _right_padded(mels).to(hift.conv_pre.bias.dtype)
+    spectra = spectrum(hift, batch, _right_padded(stfts))
+    return [waveform(hift, spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
+
+
+@torch.inference_mode()
+def vocode_pushes(pushes: Sequence[HiftPush]) -> list[torch.Tensor | Exception]:
+    """Each push's new samples [1, S] float32, as its stream's own `push` returns them, or the error that
+    push raises: a push that fails on its own (closed or finalized stream, wrong mel shape, a take past the
+    noise table) fails alone, its stream left as its own push would leave it. The F0 predictor and the
+    generator run once each for all pushes of one generator; an error there is raised (every take's state
+    is then unknown). A stream may appear once."""
+    if len({id(push.stream) for push in pushes}) != len(pushes):
+        raise ValueError("vocode_pushes: a stream may push once per batch")
+    results: list[torch.Tensor | Exception | None] = [None] * len(pushes)
+    live: list[int] = []
+    for index, push in enumerate(pushes):
+        try:
+            push.stream.accept(push.mel, push.finalize)
+            live.append(index)
+        except Exception as error:  # noqa: BLE001 - the push's own error goes back to its take
+            results[index] = error
+    by_model: dict[int, list[int]] = {}
+    for index in live:
+        by_model.setdefault(id(pushes[index].stream.hift), []).append(index)
+    for indices in by_model.values():
+        _vocode_group(pushes, indices, results)
+    return results
+
+
+def _vocode_group(
+    pushes: Sequence[HiftPush], indices: list[int], results: list[torch.Tensor | Exception | None]
+) -> None:
+    """The accepted pushes of one generator: F0 then the network, each once for all of them."""
+    hift = pushes[indices[0]].stream.hift
+    requests = [(index, pushes[index].stream.f0_request()) for index in indices]
+    requests = [(index, request) for index, request in requests if request is not None]
+    if requests:
+        f0 = hift.predict_f0(_right_padded([request.mel for _, request in requests]), finalize=True)
+        for row, (index, request) in enumerate(requests):
+            pushes[index].stream.take_f0(f0[row : row + 1], request)
+    windows = []
+    for index in indices:
+        stream = pushes[index].stream
+        try:
+            window = stream.network_window()
+        except Exception as error:  # noqa: BLE001 - e.g. the take ran past the noise table: its own error
+            results[index] = error
+            continue
+        if window is None:
+            results[index] = stream.no_samples()
+        else:
+            windows.append((index, window))
+    if not windows:
+        return
+    speeches = decode_many(hift, [w.mel for _, w in windows], [w.source for _, w in windows])
+    for (index, window), speech in zip(windows, speeches, strict=True):
+        results[index] = pushes[index].stream.take_speech(speech.float(), window)
+
+
+def push_many(pushes: Sequence[HiftPush]) -> list[torch.Tensor]:
+    """`[stream.push(mel, finalize) for stream, mel, finalize in pushes]` run as one batch (`vocode_pushes`);
+    raises the first push's error."""
+    results = vocode_pushes(pushes)
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
