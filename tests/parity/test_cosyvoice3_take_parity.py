@@ -106,9 +106,9 @@ def _take(voice, spec: SynthesisSpec) -> tuple[torch.Tensor, PromptConditioning]
     conditioning = []
     token2wav_stream = voice.token2wav_stream
 
-    def recording(spec, prompt, seed, cancel):
+    def recording(spec, prompt, seed, cancel, *rest):
         conditioning.append(prompt)
-        return token2wav_stream(spec, prompt, seed, cancel)
+        return token2wav_stream(spec, prompt, seed, cancel, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(voice, "token2wav_stream", recording)
