@@ -80,15 +80,18 @@ def wait_chunk(client: EngineClient, timeout: float) -> None:
         assert time.monotonic() < deadline, f"no audio within {timeout:.0f} s"
 
 
-@pytest.mark.parametrize("phase", ["loading", "take"])
-def test_the_studio_killed_leaves_no_engine_process(tiny_model_dir, tmp_path, phase):
+@pytest.mark.parametrize(
+    "phase, folder",
+    [("loading", "tiny_model_dir"), ("take", "tiny_model_dir"), ("take", "tiny_cosyvoice3_dir")],
+)
+def test_the_studio_killed_leaves_no_engine_process(request, tmp_path, phase, folder):
     pytest.importorskip("vllm")
     env, tag = tagged_env(VLLM_CPU_KVCACHE_SPACE="1")
     command = [
         sys.executable,
         "-c",
         PARENT,
-        str(tiny_model_dir),
+        str(request.getfixturevalue(folder)),
         str(tmp_path / "engine.log"),
         phase,
         LONG_TEXT,

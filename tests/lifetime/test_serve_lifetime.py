@@ -108,17 +108,20 @@ def start_take(base: str) -> tuple[threading.Thread, threading.Event, dict]:
 
 
 @pytest.mark.parametrize(
-    "when, sig",
+    "when, sig, folder",
     [
-        ("idle", signal.SIGTERM),
-        ("take", signal.SIGTERM),
-        ("take", signal.SIGKILL),
-        ("loading", signal.SIGTERM),
+        ("idle", signal.SIGTERM, "tiny_model_dir"),
+        ("take", signal.SIGTERM, "tiny_model_dir"),
+        ("take", signal.SIGKILL, "tiny_model_dir"),
+        ("loading", signal.SIGTERM, "tiny_model_dir"),
+        # CosyVoice3: its flow scheduler's thread and the take's streams end with the server too
+        ("take", signal.SIGTERM, "tiny_cosyvoice3_dir"),
+        ("take", signal.SIGKILL, "tiny_cosyvoice3_dir"),
     ],
 )
-def test_serve_leaves_no_process(tiny_model_dir, tmp_path, when, sig):
+def test_serve_leaves_no_process(request, tmp_path, when, sig, folder):
     pytest.importorskip("vllm")
-    server, tag, base, log = start_server(tiny_model_dir, tmp_path)
+    server, tag, base, log = start_server(request.getfixturevalue(folder), tmp_path)
     try:
         if when == "loading":  # vLLM's engine core has started and is loading the model
             wait_for(lambda: spawned(tag) >= 1, 300, "vLLM's processes starting")
