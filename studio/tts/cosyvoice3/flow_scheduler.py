@@ -74,6 +74,21 @@ class _Job:
     vocoder: CausalHiftStream | None = None  # set: the worker pushes the mel through it (`render_speech`)
     shape_mel: Callable[[torch.Tensor], torch.Tensor] | None = None  # the mel before the vocoder pushes it
     result: Future = field(default_factory=Future)
+    outcome: tuple[bool, object] | None = None  # (ok, value or error), handed over by `settle`
+
+    def succeed(self, value: object) -> None:
+        self.outcome = (True, value)
+
+    def fail(self, error: BaseException) -> None:
+        self.outcome = (False, error)
+
+    def settle(self) -> None:
+        """Hand the outcome to the waiting take (after the worker gave the LM's turn back)."""
+        ok, value = self.outcome or (False, RuntimeError("the flow scheduler failed while running this call"))
+        if ok:
+            self.result.set_result(value)
+        else:
+            self.result.set_exception(value)
 
     @property
     def group(self) -> tuple:
@@ -262,6 +277,8 @@ class DiTFlowScheduler:
             finally:
                 if held:
                     flow_turn.release()
+                for job in jobs:  # a take that gets its result finds the LM's turn given back
+                    job.settle()
 
     def _next_jobs(self) -> list[_Job] | None:
         """Wait for calls (and, with `gather_seconds`, for more of them); take the `max_takes` most urgent,
@@ -307,7 +324,7 @@ class DiTFlowScheduler:
             try:
                 valid.append((job, job.stream.check(job.tokens, job.finalize)))
             except Exception as error:  # noqa: BLE001 - the call's own error goes back to its take
-                job.result.set_exception(error)
+                job.fail(error)
         if not valid:
             return
         kind, enabled, dtype = valid[0][0].autocast
@@ -316,12 +333,12 @@ class DiTFlowScheduler:
                 mels = render_calls([call for _, call in valid])
             except Exception as error:  # noqa: BLE001 - every call of the failed batch gets its error
                 for job, _ in valid:
-                    job.result.set_exception(error)
+                    job.fail(error)
                 return
             vocoded = []
             for (job, _), mel in zip(valid, mels, strict=True):
                 if job.vocoder is None:
-                    job.result.set_result(mel)
+                    job.succeed(mel)
                 else:
                     vocoded.append((job, mel))
             if vocoded:
@@ -337,7 +354,7 @@ class DiTFlowScheduler:
             try:
                 shaped = mel if job.shape_mel is None else job.shape_mel(mel)
             except Exception as error:  # noqa: BLE001 - the job's own error goes back to its take
-                job.result.set_exception(error)
+                job.fail(error)
                 continue
             jobs.append(job)
             pushes.append(HiftPush(job.vocoder, shaped, job.finalize))
@@ -345,14 +362,14 @@ class DiTFlowScheduler:
             results = vocode_pushes(pushes)
         except Exception as error:  # noqa: BLE001 - every push of the failed batch gets its error
             for job in jobs:
-                job.result.set_exception(error)
+                job.fail(error)
             return
         seconds = time.perf_counter() - started
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, Exception):
-                job.result.set_exception(result)
+                job.fail(result)
             else:
-                job.result.set_result(VocodedChunk(result, seconds))
+                job.succeed(VocodedChunk(result, seconds))
 
 
 _schedulers_lock = threading.Lock()
