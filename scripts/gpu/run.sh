@@ -12,6 +12,8 @@
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
 #   quick        bench --workload sentences at 1 and 16 streams, 32 takes (does the bench run here)
+#   quick-ab     quick with an older commit's package (scripts/gpu/stage-ab.sh REV; carry ".gpu/ab" too), then
+#                with this tree's, on the same machine
 #   tokens100    bench --tokens 100 (4 s rounds) at 1, 4, 16, 32, 64 streams: comparable with docs/perf-history.md
 #   tokens100-24 the same at 16 and 32 streams on a 24 GiB budget
 #   starts       a cold and a warm engine start, one process each (scripts/gpu/start_profile.py)
@@ -19,12 +21,13 @@
 #   llm          the LM alone on vLLM, greedy and RAS, 1 and 16 streams (scripts/gpu/vllm_llm_bench.py)
 #   cv3          CosyVoice3 (a full-size random Fun-CosyVoice3-0.5B in /tmp/full3): bench --tokens 100 at 1, 4 and
 #                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's), and
-#                the streamed flow's probes in fp16 on CUDA (stream against re-run; batched against one by one);
+#                the streamed flow's and HiFT's probes in fp16 on CUDA (stream against re-run; batched against one
+#                by one);
 #                cv3-bench (make-model and --tokens 100) and cv3-probes (the rest) split it across two calls
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick workload workload24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
+steps="install gputests checks quick quick-ab workload workload24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -68,6 +71,20 @@ long() {
 
 quick() {
   workload_bench sentences-c1-c16-quick 240 --workload sentences --concurrency 1,16 --takes 32
+}
+
+quick_ab() {  # the quick bench with the staged older package (scripts/gpu/stage-ab.sh), then with this tree's
+  [ -f .gpu/ab/studio.tar.gz ] || { echo "quick-ab: run scripts/gpu/stage-ab.sh REV first" >&2; return 1; }
+  local rev here=$PWD
+  rev=$(cat .gpu/ab/rev)
+  rm -rf /tmp/ab && mkdir -p /tmp/ab && tar -xzf .gpu/ab/studio.tar.gz -C /tmp/ab
+  (cd /tmp/ab && PYTHONPATH=/tmp/site:/tmp/ab timeout 240 python3 -m studio bench --model /tmp/full "${engine[@]}" \
+    --workload sentences --concurrency 1,16 --takes 32 --json "$out/h200_workload-sentences-c1-c16_ab-$rev.json" \
+    >"$out/workload-ab-$rev.log" 2>&1)
+  echo "== quick with $rev: rc $?"
+  grep -E "^(vllm|pytorch) |rror" "$out/workload-ab-$rev.log" | cut -c1-400
+  cd "$here" || return 1
+  workload_bench sentences-c1-c16_ab-tree 240 --workload sentences --concurrency 1,16 --takes 32
 }
 
 voices() {  # four synthetic voices in the server's library (as bench --workload makes them)
@@ -200,6 +217,10 @@ cv3_probes() {
     --dtype float16 --json "$out/h200_cv3-flow-batch-check.json" >"$out/cv3-flow-batch.log" 2>&1
   echo "== cv3 flow batch (fp16, CUDA): rc $?"
   tail -6 "$out/cv3-flow-batch.log" | cut -c1-200
+  timeout 150 python3 benchmarks/probes/cv3_hift_batch_check.py --size full --takes 1,4,16 --device cuda \
+    --dtype float16 --json "$out/h200_cv3-hift-batch-check.json" >"$out/cv3-hift-batch.log" 2>&1
+  echo "== cv3 hift batch (fp16, CUDA): rc $?"
+  tail -6 "$out/cv3-hift-batch.log" | cut -c1-200
 }
 
 for step in "$@"; do
@@ -207,6 +228,7 @@ for step in "$@"; do
     tokens100-24) tokens100_24 ;;
     cv3-bench) cv3_bench ;;
     cv3-probes) cv3_probes ;;
+    quick-ab) quick_ab ;;
     install | gputests | checks | quick | workload | workload24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
