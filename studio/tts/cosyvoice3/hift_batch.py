@@ -42,24 +42,6 @@ def _right_padded(windows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([F.pad(window, (0, longest - window.shape[2])) for window in windows], dim=0)
 
 
-def spectrum(hift: CausalHiFTGenerator, mel: torch.Tensor, source_stft: torch.Tensor) -> torch.Tensor:
-    """`hift.decode`'s network without its inverse STFT: mel [B, 80, T] and the source's STFT
-    [B, n_fft + 2, T * frames per mel frame + 1] -> conv_post's output [B, n_fft + 2, same] float32."""
-    x = hift.conv_pre(mel)
-    source_stft = source_stft.to(x.dtype)
-    for level in range(hift.num_upsamples):
-        x = hift.ups[level](F.leaky_relu(x, hift.lrelu_slope))
-        if level == hift.num_upsamples - 1:
-            x = hift.reflection_pad(x)
-        x = x + hift.source_resblocks[level](hift.source_downs[level](source_stft))
-        blocks = hift.resblocks[level * hift.num_kernels : (level + 1) * hift.num_kernels]
-        summed = blocks[0](x)
-        for block in blocks[1:]:
-            summed = summed + block(x)
-        x = summed / hift.num_kernels
-    return hift.conv_post(F.leaky_relu(x)).float()
-
-
 def waveform(hift: CausalHiFTGenerator, spectrum_frames: torch.Tensor) -> torch.Tensor:
     """One take's conv_post output [1, n_fft + 2, S] -> its waveform [1, hop * (S - 1)], as `decode` ends."""
     bins = hift.n_fft // 2 + 1
@@ -75,7 +57,7 @@ def decode_many(
     stfts = [hift._stft(source.squeeze(1)) for source in sources]
     frames = [stft.shape[2] for stft in stfts]
     batch = _right_padded(mels).to(hift.conv_pre.bias.dtype)
-    spectra = spectrum(hift, batch, _right_padded(stfts))
+    spectra = hift.spectrum(batch, _right_padded(stfts))
     return [waveform(hift, spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
 
 

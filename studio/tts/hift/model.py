@@ -207,8 +207,16 @@ class HiFTGenerator(nn.Module):
 
     def decode(self, x: torch.Tensor, source: torch.Tensor, graph_safe: bool = False) -> torch.Tensor:
         """mel [B, 80, T] and excitation [B, 1, N] -> waveform [B, N] clamped to +-audio_limit."""
+        x = self.spectrum(x, self._stft(source.squeeze(1)))
+        bins = self.n_fft // 2 + 1
+        audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]), graph_safe)
+        return torch.clamp(audio, -self.audio_limit, self.audio_limit)
+
+    def spectrum(self, x: torch.Tensor, s_stft: torch.Tensor) -> torch.Tensor:
+        """`decode`'s network between the two STFTs: mel [B, 80, T] and the excitation's STFT [B, n_fft + 2, S]
+        -> conv_post's output [B, n_fft + 2, S] float32 (log magnitudes, then phases)."""
         x = self.conv_pre(x)
-        s_stft = self._stft(source.squeeze(1)).to(x.dtype)
+        s_stft = s_stft.to(x.dtype)
         for i in range(self.num_upsamples):
             x = self.ups[i](F.leaky_relu(x, self.lrelu_slope))
             if i == self.num_upsamples - 1:
@@ -219,10 +227,7 @@ class HiFTGenerator(nn.Module):
             for block in blocks[1:]:
                 xs = xs + block(x)
             x = xs / self.num_kernels
-        x = self.conv_post(F.leaky_relu(x)).float()
-        bins = self.n_fft // 2 + 1
-        audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]), graph_safe)
-        return torch.clamp(audio, -self.audio_limit, self.audio_limit)
+        return self.conv_post(F.leaky_relu(x)).float()
 
     @torch.inference_mode()
     def inference(
