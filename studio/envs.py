@@ -127,6 +127,13 @@ FLOW_ARENA_SHARE = _define(
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )
+FLOW_STATE_FP8 = _define(
+    "STUDIO_FLOW_STATE_FP8",
+    "0",
+    "streaming flow: a take's kept keys/values in float8 with a scale per vector (53% of the fp16 bytes; "
+    "the mel moves by about 1%, benchmarks/probes/flow_state_fp8_check.py)",
+    speed=True,
+)
 LEAN_TAKES = _define(
     "STUDIO_LEAN_TAKES",
     "0",

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 
+from studio import envs
 from studio.model_layout import COSYVOICE2, FLOW_FILE, HIFT_FILE
 from studio.tts.device.vram_budget import VramPlan, cap_process, plan_for_device
-from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES
+from studio.tts.flow.streaming.batched_solve import PAGE_FRAMES, stored_bytes_per_frame
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.take_gate import TakeGate
 
@@ -82,7 +83,8 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     ratio = int(getattr(flow, "token_mel_ratio", 2))
     encoder = flow.encoder
     frames = int(prompt_frames) + ratio * int(speech_tokens)
-    estimator = layout.bytes_per_frame(STATE_STEPS, 2, dtype) * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES)
+    per_frame = stored_bytes_per_frame(layout, STATE_STEPS, 2, dtype, envs.FLOW_STATE_FP8.enabled())
+    estimator = per_frame * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES)
     width = 2 * encoder.output_size() * size  # a key and a value per position
     encoder_per_frame = width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
     encoder_bytes = encoder_per_frame * (1 + GROWTH) * max(GROWTH_FLOOR * ratio, math.ceil(frames))
@@ -96,7 +98,8 @@ def lean_take_state_bytes(parts, prompt_frames: int) -> int:
     dtype = torch.float16 if parts.fp16 else torch.float32
     layout = solver_for(parts.flow.decoder).layout
     pages = math.ceil(int(prompt_frames) / PAGE_FRAMES)
-    return layout.bytes_per_frame(STATE_STEPS, 2, dtype) * PAGE_FRAMES * pages + _tails_bytes(layout)
+    per_frame = stored_bytes_per_frame(layout, STATE_STEPS, 2, dtype, envs.FLOW_STATE_FP8.enabled())
+    return per_frame * PAGE_FRAMES * pages + _tails_bytes(layout)
 
 
 def _tails_bytes(layout) -> int:

@@ -66,3 +66,14 @@ def test_a_lean_take_that_missed_the_prompt_cache_starts_later_chunks_from_what_
     lean = IncrementalFlow(flow, **inputs, cache=cache, keep_estimator=False)
     firsts = [lean.mel(tokens[:end], finalize=False)[1] for end in (28, 53, 78)]
     assert firsts == [0, 100, 100] and len(cache) == 1
+
+
+def test_a_take_keeping_its_state_in_float8_streams_close_to_the_exact_one(modules, monkeypatch):
+    """STUDIO_FLOW_STATE_FP8: each chunk's mel within a few percent of the fp32-state take's (random weights)."""
+    flow, hift = modules
+    inputs, tokens = prompt(25), speech_tokens(130)
+    exact, _ = stream_all(flow, hift, inputs, tokens, incremental=True)
+    monkeypatch.setenv("STUDIO_FLOW_STATE_FP8", "1")
+    quantized, _ = stream_all(flow, hift, inputs, tokens, incremental=True)
+    errors = [relative_error(ours, theirs) for ours, theirs in zip(quantized, exact, strict=True)]
+    assert max(errors) < 0.05 and max(errors[1:]) > 0  # the kept rows are read back rounded, not exactly

@@ -74,6 +74,17 @@ class Layout:
 
 
 PAGE_FRAMES = 64  # a take's own keys/values are kept in pages of this many frames (about 147 MB each, fp16)
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # the largest finite float8 e4m3 value
+
+
+def stored_bytes_per_frame(layout: Layout, steps: int, rows: int, dtype: torch.dtype, fp8: bool) -> int:
+    """Bytes of one frame of a take's kept keys/values: in `dtype`, or in float8 with a float32 scale per
+    key or value vector (one per head, block, step and CFG row)."""
+    if not fp8:
+        return layout.bytes_per_frame(steps, rows, dtype)
+    vectors = math.prod(layout.kv_shape(steps, rows, 1)) // layout.head_dim
+    return layout.bytes_per_frame(steps, rows, FP8) + 4 * vectors
 
 
 @dataclass
@@ -86,6 +97,9 @@ class EstimatorState:
     never copied to grow, so it never needs its bytes twice, and every page is the same size, so a finished
     take's pages serve the next take without fragmenting the allocator. Tails are in the compute dtype,
     float32 under autocast (which may hand a convolution float32 activations).
+
+    With `fp8` the pages hold float8 (e4m3) values, each key or value vector scaled by its largest magnitude
+    (a float32 per vector, in `scales`): 53% of the fp16 bytes, and the solve reads them back in its dtype.
     """
 
     pages: list[torch.Tensor] = field(default_factory=list)  # each [steps, blocks, 2, 2, heads, PAGE, d]
@@ -95,25 +109,32 @@ class EstimatorState:
     mark_tails: torch.Tensor | None = None  # tails at the request's mark (prompt cache), when it had one
     base: torch.Tensor | None = None  # shared rows [0, base_length) (a prompt cache's, read only)
     base_length: int = 0
+    fp8: bool = False
+    scales: list[torch.Tensor] = field(default_factory=list)  # with fp8: each [..., PAGE, 1] float32
+    compute_dtype: torch.dtype | None = None  # the solve's dtype, which the pages' values were written in
 
     def reserve(self, end: int, like: torch.Tensor) -> None:
-        """Pages up to frame `end` in `like`'s dtype and device (pages of another dtype are converted)."""
-        if self.pages and self.pages[0].dtype != like.dtype:
+        """Pages up to frame `end` for values like `like` (pages of another compute dtype are converted)."""
+        if not self.fp8 and self.pages and self.pages[0].dtype != like.dtype:
             self.pages = [page.to(like.dtype) for page in self.pages]
+        self.compute_dtype = like.dtype
         while len(self.pages) * PAGE_FRAMES < end - self.base_length:
             self.pages.append(self.new_page(like))
+            if self.fp8:
+                self.scales.append(like.new_empty(*like.shape[:5], PAGE_FRAMES, 1, dtype=torch.float32))
 
-    @staticmethod
-    def new_page(like: torch.Tensor) -> torch.Tensor:
-        return like.new_empty(*like.shape[:5], PAGE_FRAMES, like.shape[6])
+    def new_page(self, like: torch.Tensor) -> torch.Tensor:
+        return like.new_empty(
+            *like.shape[:5], PAGE_FRAMES, like.shape[6], dtype=FP8 if self.fp8 else like.dtype
+        )
 
-    def _spans(self, start: int, end: int) -> Iterator[tuple[torch.Tensor, int, int, int]]:
-        """(page, first row in it, rows, absolute frame) covering own frames [start, end)."""
+    def _spans(self, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+        """(page index, first row in it, rows, absolute frame) covering own frames [start, end)."""
         row = start - self.base_length
         while row < end - self.base_length:
             page, first = divmod(row, PAGE_FRAMES)
             rows = min(PAGE_FRAMES - first, end - self.base_length - row)
-            yield self.pages[page], first, rows, row + self.base_length
+            yield page, first, rows, row + self.base_length
             row += rows
 
     def write(self, source: torch.Tensor, start: int, end: int) -> None:
@@ -121,21 +142,32 @@ class EstimatorState:
         if start < self.base_length:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
         self.reserve(end, source)
-        for page, first, rows, frame in self._spans(start, end):
-            page[:, :, :, :, :, first : first + rows] = source[:, :, :, :, :, frame : frame + rows]
+        for index, first, rows, frame in self._spans(start, end):
+            values = source[:, :, :, :, :, frame : frame + rows]
+            into = self.pages[index][:, :, :, :, :, first : first + rows]
+            if not self.fp8:
+                into.copy_(values)
+                continue
+            scale = values.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
+            self.scales[index][:, :, :, :, :, first : first + rows] = scale
+            into.copy_(values.float() / scale)
 
     def copy_prefix(self, target: torch.Tensor, frames: int) -> None:
         """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames)."""
         shared = min(frames, self.base_length)
         if shared:
             target[:, :, :, :, :, :shared] = self.base[:, :, :, :, :, :shared]
-        for page, first, rows, frame in self._spans(shared, frames):
-            target[:, :, :, :, :, frame : frame + rows] = page[:, :, :, :, :, first : first + rows]
+        for index, first, rows, frame in self._spans(shared, frames):
+            into = target[:, :, :, :, :, frame : frame + rows]
+            into.copy_(self.pages[index][:, :, :, :, :, first : first + rows])
+            if self.fp8:
+                into.mul_(self.scales[index][:, :, :, :, :, first : first + rows])
 
     def prefix(self, frames: int) -> torch.Tensor:
-        """A new tensor holding frames [0, frames)."""
+        """A new tensor holding frames [0, frames), in the solve's dtype."""
         source = self.pages[0] if self.pages else self.base
-        out = source.new_empty(*source.shape[:5], frames, source.shape[6])
+        dtype = self.base.dtype if self.base is not None else self.compute_dtype
+        out = source.new_empty(*source.shape[:5], frames, source.shape[6], dtype=dtype)
         self.copy_prefix(out, frames)
         return out
 
@@ -144,8 +176,8 @@ class EstimatorState:
 
     @property
     def nbytes(self) -> int:
-        """What this take holds itself: its pages and tails (shared prompt rows not counted)."""
-        held = (*self.pages, self.tails, self.mark_tails)
+        """What this take holds itself: its pages, their scales and tails (shared prompt rows not counted)."""
+        held = (*self.pages, *self.scales, self.tails, self.mark_tails)
         return sum(t.nbytes for t in held if t is not None)
 
 

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from studio import envs
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.encoder import UpsampleConformerEncoder
 from studio.tts.flow.estimator import CausalConditionalDecoder, CausalConv1d
@@ -129,7 +130,7 @@ class IncrementalFlow:
         self.committed: list[int] = []  # token ids (prompt first) whose frames are cached
         self.encoder_store: dict = {}
         self.token_store: dict = {}
-        self.estimator_state = EstimatorState()
+        self.estimator_state = EstimatorState(fp8=envs.FLOW_STATE_FP8.enabled())
         self.valid = True
 
     def _rewind(self) -> None:
