@@ -8,6 +8,7 @@
 #   checks       CUDA graphs against eager (flow solver, flow encoder, HiFT batches) and the chunk scheduler's
 #                audio against the takes' own threads (benchmarks/probes/*_check.py)
 #   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload24 alone)
+#   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
@@ -27,7 +28,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick quick-ab workload workload24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
+steps="install gputests checks quick quick-ab workload workload24 fp8 long http http24 tokens100 tokens100-24 starts trace llm cv3"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -63,6 +64,15 @@ workload() {
 
 workload24() {
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
+}
+
+fp8() {  # the takes' flow state in float8: the 24 GiB level with it, and its error on CUDA in fp16
+  STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-fp8 200 --workload sentences --concurrency 16 \
+    --takes 64 --vram-budget 24
+  timeout 150 python3 benchmarks/probes/flow_state_fp8_check.py --device cuda --dtype float16 --tokens 400 \
+    --json "$out/h200_flow-state-fp8.json" >"$out/fp8-probe.log" 2>&1
+  echo "== fp8 probe: rc $?"
+  tail -9 "$out/fp8-probe.log" | cut -c1-200
 }
 
 long() {
@@ -229,7 +239,7 @@ for step in "$@"; do
     cv3-bench) cv3_bench ;;
     cv3-probes) cv3_probes ;;
     quick-ab) quick_ab ;;
-    install | gputests | checks | quick | workload | workload24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload24 | fp8 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
