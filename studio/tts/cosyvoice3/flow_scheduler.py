@@ -21,7 +21,10 @@ batched push (`hift_batch.vocode_pushes`) on the worker, so the take gets its ne
 A call that is invalid on its own (closed stream, shrinking tokens, ...) fails alone, with the error `mel`
 would raise, before its batch runs; a failure inside a batch's solve reaches every call of that batch (their
 streams' states are then unknown: the takes should end). With `gather_seconds` > 0 the worker, once it has
-a call, waits up to that long for more (until `max_takes` are queued) before it runs them.
+a call, waits up to that long for more (until `max_takes` are queued) before it runs them. Takes announce
+themselves (`expect`) when they start: a batch with first calls waits up to ``STUDIO_FLOW_GATHER_MS`` (20) for
+the first calls of takes started no later than theirs (CosyVoice2's rule, `studio.tts.scheduler.gather`), since
+one solve of their first chunks costs about what one take's does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -43,9 +47,11 @@ from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_ca
 from studio.tts.cosyvoice3.hift_batch import HiftPush, vocode_pushes
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device import flow_turn
+from studio.tts.scheduler import gather
 
 DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
 CANCEL_POLL_SECONDS = 0.02  # how late a waiting take notices its cancel
+GATHER_POLL_SECONDS = 0.002  # while gathering first calls: how often the worker re-reads who is still coming
 
 
 class FlowCallCancelled(Exception):
@@ -71,6 +77,8 @@ class _Job:
     deadline: float  # monotonic seconds by which the take needs this call's audio
     seq: int  # arrival order
     cancel: threading.Event | None = None
+    began: float = 0.0  # when the call's take started (`expect`; else when the call came)
+    submitted: float = 0.0  # when the call came
     vocoder: CausalHiftStream | None = None  # set: the worker pushes the mel through it (`render_speech`)
     shape_mel: Callable[[torch.Tensor], torch.Tensor] | None = None  # the mel before the vocoder pushes it
     result: Future = field(default_factory=Future)
@@ -124,6 +132,11 @@ class DiTFlowScheduler:
             )
         self.max_takes = int(max_takes)
         self.gather_seconds = max(0.0, float(gather_seconds))
+        # first calls wait up to this long for those of takes started with theirs (CosyVoice2's gather.py)
+        gather_ms = envs.FLOW_GATHER_MS.number()
+        self.gather_window = max(0.0, (gather.DEFAULT_GATHER_MS if gather_ms is None else gather_ms) / 1000)
+        self.gathered_seconds = 0.0
+        self._expected: gather.Expected = {}
         self._queue: list[_Job] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -144,15 +157,17 @@ class DiTFlowScheduler:
         cancel: threading.Event | None = None,
         first: bool = False,
         deadline: float | None = None,
+        take: object | None = None,
     ) -> torch.Tensor:
         """`stream.mel(tokens, finalize)`, run by the worker in a batch with other takes' calls; blocks
         until it ran and returns its mel [1, 80, F] float32, or raises its error.
 
         first: the take has no audio out yet; deadline: when the take needs this audio (monotonic; None:
         now); both order the queue when more calls wait than a batch takes. cancel: once set while the
-        call waits, the call leaves the queue unrun and raises `FlowCallCancelled`."""
+        call waits, the call leaves the queue unrun and raises `FlowCallCancelled`. take: the take the call is of,
+        when it was announced by `expect` (its first call then gathers with those of takes started with it)."""
         job = self._job(stream, tokens, finalize, cancel, first, deadline)
-        return self._submit(job)
+        return self._submit(job, take)
 
     def render_speech(
         self,
@@ -165,15 +180,30 @@ class DiTFlowScheduler:
         cancel: threading.Event | None = None,
         first: bool = False,
         deadline: float | None = None,
+        take: object | None = None,
     ) -> VocodedChunk:
         """As `render`, then `vocoder.push(shape_mel(mel), finalize)` in one batched push with the other
         vocoded calls of the batch (under the same autocast): returns the push's new samples. A push that
         fails on its own raises its error here alone."""
         job = self._job(stream, tokens, finalize, cancel, first, deadline)
         job.vocoder, job.shape_mel = vocoder, shape_mel
-        return self._submit(job)
+        return self._submit(job, take)
+
+    def expect(self, take) -> None:
+        """A take started (an object with `first_pending` and `cancel`): first calls queued meanwhile may wait
+        a little for its first call (`gather_window`)."""
+        with self._wake:
+            self._expected[id(take)] = (weakref.ref(take), time.monotonic())
+            self._wake.notify_all()
+
+    def forget(self, take) -> None:
+        """The take ended: no first call waits for it."""
+        with self._wake:
+            if self._expected.pop(id(take), None) is not None:
+                self._wake.notify_all()
 
     def _job(self, stream, tokens, finalize, cancel, first, deadline) -> _Job:
+        now = time.monotonic()
         return _Job(
             stream,
             tokens,
@@ -183,9 +213,11 @@ class DiTFlowScheduler:
             deadline=time.monotonic() if deadline is None else deadline,
             seq=next(self._seq),
             cancel=cancel,
+            began=now,
+            submitted=now,
         )
 
-    def _submit(self, job: _Job):
+    def _submit(self, job: _Job, take: object | None = None):
         cancel = job.cancel
         with self._wake:
             if self._closed:
@@ -193,6 +225,9 @@ class DiTFlowScheduler:
             if job.cancelled:
                 self.cancelled += 1
                 raise FlowCallCancelled("the take was cancelled before its flow call was queued")
+            expected = None if take is None else self._expected.pop(id(take), None)
+            if expected is not None:
+                job.began = expected[1]
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="cv3-flow-scheduler", daemon=True)
                 self._thread.start()
@@ -295,6 +330,7 @@ class DiTFlowScheduler:
                 if left <= 0:
                     break
                 self._wake.wait(left)
+            self._gather_firsts()
             self._queue.sort(key=lambda job: job.urgency)
             taken, later, streams = [], [], set()
             for job in self._queue:
@@ -315,6 +351,21 @@ class DiTFlowScheduler:
                 self.largest_batch = max(self.largest_batch, len(taken))
                 self.order.extend(job.seq for job in taken)
             return taken
+
+    def _gather_firsts(self) -> None:
+        """(Lock held.) Wait up to the gather window for the first calls of takes that started no later than
+        the queued first calls' takes (their solve costs about what one take's does: gather.py)."""
+        firsts = [job for job in self._queue if job.first]
+        if not firsts or self.gather_window <= 0 or self._paused:
+            return
+        started = time.monotonic()
+        until = min(job.submitted for job in firsts) + self.gather_window
+        while (left := until - time.monotonic()) > 0 and not self._closed:
+            if len(self._queue) >= self.max_takes or not gather.worth_waiting(self._expected, firsts):
+                break
+            self._wake.wait(min(left, GATHER_POLL_SECONDS))
+            firsts = [job for job in self._queue if job.first]
+        self.gathered_seconds += time.monotonic() - started
 
     @staticmethod
     def _run_group(jobs: list[_Job]) -> None:

@@ -75,10 +75,13 @@ class DiTWavStream(ChunkedTake):
                 self.scheduled = scheduled_default(self.device)
             if self.scheduled:  # the takes' chunks due together run as one batched solve
                 self._scheduler = flow_scheduler_for(self.flow)
+                self._scheduler.expect(self)  # takes started together may share their first batch
             self._hift_stream = CausalHiftStream(self.hift)
 
     def close(self) -> None:
         """The take ended (done, cancelled or failed): its cached flow and vocoder state go."""
+        if self._scheduler is not None:
+            self._scheduler.forget(self)
         for stream in (self._flow_stream, self._hift_stream):
             if stream is not None:
                 stream.close()
@@ -136,6 +139,7 @@ class DiTWavStream(ChunkedTake):
                     cancel=self.cancel,
                     first=self.first_pending,
                     deadline=self.deadline(time.monotonic()),
+                    take=self,
                 )
             except FlowCallCancelled as cancelled:
                 raise ChunkCancelled(str(cancelled)) from None

@@ -4,6 +4,7 @@ take gets what its own `DiTFlowStream.mel` gives."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -148,3 +149,59 @@ def test_the_worker_runs_a_call_under_its_callers_autocast(flow):
     full_precision = stream_of(flow, inputs).mel(inputs["tokens"], True)
     assert torch.equal(scheduled, expected)
     assert (scheduled - full_precision).abs().max().item() > 1e-3
+
+
+class _Take:
+    """What the scheduler reads of a take it expects: its first chunk is still to come, and no cancel."""
+
+    first_pending = True
+    cancel = None
+
+
+@pytest.mark.parametrize(("gather_ms", "batches"), [("3000", 1), ("0", 2)])
+def test_first_calls_of_takes_started_together_share_a_batch(flow, monkeypatch, gather_ms, batches):
+    """The second take's first call comes 0.3 s after the first take's: with a gather window they run as one
+    batch (the worker waits for the expected take), without one the first runs alone."""
+    monkeypatch.setenv("STUDIO_FLOW_GATHER_MS", gather_ms)
+    scheduler = DiTFlowScheduler(max_takes=4)
+    inputs = [take_inputs(60, 100, seed) for seed in (1, 2)]
+    takes = [_Take(), _Take()]
+    for take in takes:
+        scheduler.expect(take)
+    mels, errors = {}, []
+
+    def first_call(index: int) -> None:
+        count = take_schedule(inputs[index]["prompt_token"].shape[1], inputs[index]["tokens"].shape[1])[0]
+        try:
+            stream = stream_of(flow, inputs[index])
+            mels[index] = scheduler.render(
+                stream, inputs[index]["tokens"][:, :count], False, first=True, take=takes[index]
+            )
+        except BaseException as error:  # noqa: BLE001 - reported by the test thread
+            errors.append(error)
+
+    first = threading.Thread(target=first_call, args=(0,))
+    first.start()
+    time.sleep(0.3)
+    run_threads([lambda: first_call(1)])
+    first.join(JOIN_SECONDS)
+    scheduler.close()
+    assert not errors and sorted(mels) == [0, 1]
+    stats = scheduler.stats()
+    assert stats["batches"] == batches and stats["calls"] == 2
+    assert (scheduler.gathered_seconds >= 0.25) == (batches == 1)
+
+
+def test_a_take_that_ended_is_not_waited_for(flow, monkeypatch):
+    monkeypatch.setenv("STUDIO_FLOW_GATHER_MS", "3000")
+    scheduler = DiTFlowScheduler(max_takes=4)
+    inputs = take_inputs(60, 100, 1)
+    gone, present = _Take(), _Take()
+    scheduler.expect(gone)
+    scheduler.expect(present)
+    scheduler.forget(gone)
+    count = take_schedule(60, 100)[0]
+    started = time.monotonic()
+    scheduler.render(stream_of(flow, inputs), inputs["tokens"][:, :count], False, first=True, take=present)
+    scheduler.close()
+    assert time.monotonic() - started < 2.5 and scheduler.gathered_seconds < 0.5
