@@ -56,9 +56,8 @@ class CosyVoice2:
     """CosyVoice2-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice2``."""
 
     family = COSYVOICE2  # the model family this class runs (`studio.tts.models.open_model` picks the class)
-    flow_arena = (
-        True  # the flow's batched solve copies takes' states into a shared arena (the budget gives it one)
-    )
+    # the flow's batched solve copies takes' states into a shared arena (the budget gives it one)
+    flow_arena = True
 
     def __init__(
         self,

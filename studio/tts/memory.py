@@ -77,31 +77,34 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     those at the mark) are fixed. The prompt's frames count in full: a voice whose prompt state is not cached
     yet computes them itself."""
     flow = parts.flow
-    dtype = torch.float16 if parts.fp16 else torch.float32
-    size = torch.empty((), dtype=dtype).element_size()
-    layout = solver_for(flow.decoder).layout
+    size = torch.empty((), dtype=_state_dtype(parts)).element_size()
     ratio = int(getattr(flow, "token_mel_ratio", 2))
     encoder = flow.encoder
     frames = int(prompt_frames) + ratio * int(speech_tokens)
-    per_frame = stored_bytes_per_frame(layout, STATE_STEPS, 2, dtype, envs.FLOW_STATE_FP8.enabled())
-    estimator = per_frame * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES)
     width = 2 * encoder.output_size() * size  # a key and a value per position
     encoder_per_frame = width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
     encoder_bytes = encoder_per_frame * (1 + GROWTH) * max(GROWTH_FLOOR * ratio, math.ceil(frames))
-    return int(estimator + encoder_bytes) + _tails_bytes(layout)
+    return _estimator_bytes(parts, frames) + int(encoder_bytes)
 
 
 def lean_take_state_bytes(parts, prompt_frames: int) -> int:
     """What a take that keeps no estimator state holds (`IncrementalFlow(keep_estimator=False)`): the pages
     of its prompt's frames while its first call keeps them for the prompt cache, and the conv tails; its
     encoder is recomputed each call, and each call's keys and values live in the solver's arena."""
-    dtype = torch.float16 if parts.fp16 else torch.float32
+    return _estimator_bytes(parts, int(prompt_frames))
+
+
+def _state_dtype(parts) -> torch.dtype:
+    return torch.float16 if parts.fp16 else torch.float32
+
+
+def _estimator_bytes(parts, frames: int) -> int:
+    """An `EstimatorState` holding `frames` own frames: the pages covering them (float8 with their scales under
+    ``STUDIO_FLOW_STATE_FP8``) and the causal convolutions' left context at the commit point and at the mark
+    (float32 under autocast)."""
     layout = solver_for(parts.flow.decoder).layout
-    pages = math.ceil(int(prompt_frames) / PAGE_FRAMES)
-    per_frame = stored_bytes_per_frame(layout, STATE_STEPS, 2, dtype, envs.FLOW_STATE_FP8.enabled())
-    return per_frame * PAGE_FRAMES * pages + _tails_bytes(layout)
-
-
-def _tails_bytes(layout) -> int:
-    """The causal convolutions' left context at the commit point and at the mark (float32 under autocast)."""
-    return 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4
+    per_frame = stored_bytes_per_frame(
+        layout, STATE_STEPS, 2, _state_dtype(parts), envs.FLOW_STATE_FP8.enabled()
+    )
+    tails = 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4
+    return per_frame * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES) + tails

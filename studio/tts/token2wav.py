@@ -109,9 +109,8 @@ class Token2WavStream(ChunkedTake):
     prompt_cache: PromptFlowCache | bool = True  # incremental: reuse prompt state (True: process-wide cache)
     cancel: threading.Event | None = None  # set: a chunk still waiting for the scheduler leaves its queue
     scheduled: bool | None = None  # incremental: the flow's ChunkScheduler runs its chunks (None: see below)
-    keep_flow_state: bool = (
-        True  # incremental: False keeps no estimator state (each chunk solves the take again)
-    )
+    # incremental: False keeps no estimator state (each chunk solves the take again)
+    keep_flow_state: bool = True
     _cache: _HiftCache | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

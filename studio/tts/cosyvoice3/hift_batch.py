@@ -42,13 +42,6 @@ def _right_padded(windows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([F.pad(window, (0, longest - window.shape[2])) for window in windows], dim=0)
 
 
-def waveform(hift: CausalHiFTGenerator, spectrum_frames: torch.Tensor) -> torch.Tensor:
-    """One take's conv_post output [1, n_fft + 2, S] -> its waveform [1, hop * (S - 1)], as `decode` ends."""
-    bins = hift.n_fft // 2 + 1
-    audio = hift._istft(torch.exp(spectrum_frames[:, :bins]), torch.sin(spectrum_frames[:, bins:]))
-    return torch.clamp(audio, -hift.audio_limit, hift.audio_limit)
-
-
 def decode_many(
     hift: CausalHiFTGenerator, mels: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]
 ) -> list[torch.Tensor]:
@@ -58,7 +51,7 @@ def decode_many(
     frames = [stft.shape[2] for stft in stfts]
     batch = _right_padded(mels).to(hift.conv_pre.bias.dtype)
     spectra = hift.spectrum(batch, _right_padded(stfts))
-    return [waveform(hift, spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
+    return [hift.waveform(spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
 
 
 @torch.inference_mode()

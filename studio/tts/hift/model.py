@@ -207,9 +207,12 @@ class HiFTGenerator(nn.Module):
 
     def decode(self, x: torch.Tensor, source: torch.Tensor, graph_safe: bool = False) -> torch.Tensor:
         """mel [B, 80, T] and excitation [B, 1, N] -> waveform [B, N] clamped to +-audio_limit."""
-        x = self.spectrum(x, self._stft(source.squeeze(1)))
+        return self.waveform(self.spectrum(x, self._stft(source.squeeze(1))), graph_safe)
+
+    def waveform(self, spectrum: torch.Tensor, graph_safe: bool = False) -> torch.Tensor:
+        """`spectrum`'s output [B, n_fft + 2, S] -> waveform [B, hop * (S - 1)] clamped to +-audio_limit."""
         bins = self.n_fft // 2 + 1
-        audio = self._istft(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]), graph_safe)
+        audio = self._istft(torch.exp(spectrum[:, :bins, :]), torch.sin(spectrum[:, bins:, :]), graph_safe)
         return torch.clamp(audio, -self.audio_limit, self.audio_limit)
 
     def spectrum(self, x: torch.Tensor, s_stft: torch.Tensor) -> torch.Tensor:

@@ -95,6 +95,7 @@ class IncrementalFlow:
         # (`begin_many`, batched_encode.py), and keeps no encoder state; the estimator stays incremental
         self.recompute_encoder = recompute_encoder or not keep_estimator
         self.restored = None  # the prompt cache's snapshot this request started from, if any
+        self.state_fp8 = envs.FLOW_STATE_FP8.enabled()  # its estimator states keep float8 pages
         self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
         self.mark: int | None = (
             None  # token position whose state the next call also keeps (see `cached_encoder.Window`)
@@ -130,7 +131,7 @@ class IncrementalFlow:
         self.committed: list[int] = []  # token ids (prompt first) whose frames are cached
         self.encoder_store: dict = {}
         self.token_store: dict = {}
-        self.estimator_state = EstimatorState(fp8=envs.FLOW_STATE_FP8.enabled())
+        self.estimator_state = EstimatorState(fp8=self.state_fp8)
         self.valid = True
 
     def _rewind(self) -> None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from studio import envs
 from studio.recent import RecentlyUsedBytes
 from studio.tts.device.prompt_caches import CachePerDevice, contents_digest, module_number
 from studio.tts.flow.streaming.batched_solve import EstimatorState
@@ -124,7 +123,7 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
         tails=cached.tails,
         base=cached.base,
         base_length=cached.length,
-        fp8=envs.FLOW_STATE_FP8.enabled(),
+        fp8=flow.state_fp8,
     )
     flow.valid = True
     flow.restored = snap
