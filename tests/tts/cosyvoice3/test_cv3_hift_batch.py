@@ -15,9 +15,11 @@ from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.cosyvoice3.hift_batch import HiftPush, push_many, vocode_pushes
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
-from studio.tts.models import open_model
 from studio.tts.synthesis import SynthesisSpec
 from tests.tts.cosyvoice3 import test_cv3_hift_stream
+from tests.tts.cosyvoice3.test_cv3_takes import FixedTokens, _tokens, voice
+
+__all__ = ["voice"]  # the module-scoped tiny CosyVoice3 fixture, shared
 
 hift = test_cv3_hift_stream.hift  # the fixture: a small HiFT with weights that reach every path
 TOLERANCE = 1e-5
@@ -121,33 +123,9 @@ def test_a_failing_push_fails_alone(hift):
 
 # -- on the flow's scheduler, through the tiny CosyVoice3 -------------------------------------------------
 @pytest.fixture(scope="module")
-def voice(tiny_cosyvoice3_dir):
-    model = open_model(tiny_cosyvoice3_dir)
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
 def prompt_wav():
     t = np.arange(int(2.0 * SR)) / SR
     return (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + 0.5 * np.sin(2 * np.pi * 2 * t))).astype(np.float32)
-
-
-class FixedTokens:
-    """A token backend that yields the given speech tokens."""
-
-    def __init__(self, tokens: list[int]):
-        self.tokens = tokens
-
-    def generate(self, prompt_embeds, *, min_len, max_len, sampling, seed, cancel, ignore_stop=False):
-        for token in self.tokens:
-            if cancel.is_set():
-                return
-            yield token
-
-
-def _tokens(count: int, seed: int) -> list[int]:
-    return torch.randint(0, 6561, (count,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def test_scheduled_takes_vocoded_together_equal_their_own(voice, prompt_wav, monkeypatch):

@@ -16,9 +16,11 @@ from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler, FlowCallCance
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.device import flow_turn
 from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
-from studio.tts.models import open_model
 from studio.tts.synthesis import SynthesisSpec
 from tests.tts.cosyvoice3.test_cv3_flow_stream import small_flow, take_inputs
+from tests.tts.cosyvoice3.test_cv3_takes import FixedTokens, voice
+
+__all__ = ["voice"]  # the module-scoped tiny CosyVoice3 fixture, shared
 
 TOLERANCE = 1e-5
 SR = 16000
@@ -119,26 +121,6 @@ def test_the_worker_drops_a_cancelled_call_it_finds_in_the_queue(flow, solved):
     assert solved == [] and len(raised) == 1
     with pytest.raises(FlowCallCancelled, match="before its flow call was queued"):
         DiTFlowScheduler().render(stream, inputs["tokens"][:, :40], False, cancel=cancel)
-
-
-@pytest.fixture(scope="module")
-def voice(tiny_cosyvoice3_dir):
-    model = open_model(tiny_cosyvoice3_dir)
-    yield model
-    model.close()
-
-
-class FixedTokens:
-    """A token backend that yields the given speech tokens."""
-
-    def __init__(self, tokens: list[int]):
-        self.tokens = tokens
-
-    def generate(self, prompt_embeds, *, min_len, max_len, sampling, seed, cancel, ignore_stop=False):
-        for token in self.tokens:
-            if cancel.is_set():
-                return
-            yield token
 
 
 def test_a_take_cancelled_while_its_chunk_waits_ends_quietly(voice, monkeypatch, solved):
