@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 
 import torch
+from cv3_flow_stream_check import timed  # this script's folder is on sys.path when it runs
 
 from studio.tts.cosyvoice3.dit import DiT
 from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT, PreLookaheadLayer
@@ -65,18 +65,6 @@ def build_flow(size: str, device: str, dtype: torch.dtype) -> CausalMaskedDiffWi
     return flow.eval().to(device, dtype)
 
 
-def clock_call(call, device: str):
-    """(call's result, seconds): CPU time of this thread on the CPU, wall time on CUDA."""
-    clock = time.thread_time if device == "cpu" else time.perf_counter
-    if device == "cuda":
-        torch.cuda.synchronize()
-    begin = clock()
-    out = call()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out, clock() - begin
-
-
 class Voice:
     def __init__(self, seed: int, prompt_tokens: int, tokens: int, device: str, dtype: torch.dtype):
         generator = torch.Generator().manual_seed(seed)
@@ -99,18 +87,18 @@ def measure(flow, voices: list[Voice], args) -> dict:
     row: dict = {"takes": len(voices)}
     # first hops: one by one and batched without a cache, batched from a warm cache
     alone = [voice.stream(flow, steps) for voice in voices]
-    _, row["first_alone_ms"] = clock_call(
+    _, row["first_alone_ms"] = timed(
         lambda: [s.mel(v.tokens[:, :first], False) for s, v in zip(alone, voices, strict=True)], device
     )
     batched = [voice.stream(flow, steps) for voice in voices]
-    _, row["first_batched_ms"] = clock_call(
+    _, row["first_batched_ms"] = timed(
         lambda: mel_many([(s, v.tokens[:, :first], False) for s, v in zip(batched, voices, strict=True)]),
         device,
     )
     cache = DiTPromptCache(2**40)
     mel_many([(voice.stream(flow, steps, cache), voice.tokens[:, :first], False) for voice in voices])
     cached = [voice.stream(flow, steps, cache) for voice in voices]
-    _, row["first_batched_cached_ms"] = clock_call(
+    _, row["first_batched_cached_ms"] = timed(
         lambda: mel_many([(s, v.tokens[:, :first], False) for s, v in zip(cached, voices, strict=True)]),
         device,
     )
@@ -118,14 +106,14 @@ def measure(flow, voices: list[Voice], args) -> dict:
     alone_ms, batched_ms, worst = [], [], 0.0
     for round_index in range(args.rounds):
         count = first + HOP * (round_index + 1)
-        alone_mels, seconds = clock_call(
+        alone_mels, seconds = timed(
             lambda count=count: [
                 s.mel(v.tokens[:, :count], False) for s, v in zip(alone, voices, strict=True)
             ],
             device,
         )
         alone_ms.append(seconds)
-        batched_mels, seconds = clock_call(
+        batched_mels, seconds = timed(
             lambda count=count: mel_many(
                 [(s, v.tokens[:, :count], False) for s, v in zip(batched, voices, strict=True)]
             ),

@@ -25,9 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 
 import torch
+from cv3_flow_stream_check import timed  # this script's folder is on sys.path when it runs
 
 from studio.tts.cosyvoice3.hift import CausalConvRNNF0Predictor, CausalHiFTGenerator
 from studio.tts.cosyvoice3.hift_batch import HiftPush, push_many
@@ -46,18 +46,6 @@ def build_hift(size: str, device: str) -> CausalHiFTGenerator:
     )
     hift.fuse_weight_norm()
     return hift.eval().to(device)
-
-
-def clock_call(call, device: str):
-    """(call's result, seconds): CPU time of this thread on the CPU, wall time on CUDA."""
-    clock = time.thread_time if device == "cpu" else time.perf_counter
-    if device == "cuda":
-        torch.cuda.synchronize()
-    begin = clock()
-    out = call()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out, clock() - begin
 
 
 def precision(args):
@@ -82,13 +70,13 @@ def measure(hift: CausalHiFTGenerator, count: int, args) -> dict:
     for spans, finalize in rounds:
         chunks = [mel[:, :, start : start + size] for mel, (start, size) in zip(mels, spans, strict=True)]
         with precision(args):
-            alone_out, alone_s = clock_call(
+            alone_out, alone_s = timed(
                 lambda chunks=chunks, finalize=finalize: [
                     stream.push(chunk, finalize) for stream, chunk in zip(alone, chunks, strict=True)
                 ],
                 args.device,
             )
-            batched_out, batched_s = clock_call(
+            batched_out, batched_s = timed(
                 lambda chunks=chunks, finalize=finalize: push_many(
                     [HiftPush(stream, chunk, finalize) for stream, chunk in zip(batched, chunks, strict=True)]
                 ),
