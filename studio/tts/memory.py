@@ -58,10 +58,12 @@ def plan_before_vllm(
 
 
 def enforce_budget(plan: VramPlan, parts) -> TakeGate:
-    """Cap this process, size the flow's arena (CosyVoice2's batched solve) and admit takes against the plan."""
+    """Cap this process, size the flow's arena (either family's batched solve) and admit takes against the plan."""
     cap_process(plan, parts.device)
     if parts.family == COSYVOICE2:
         solver_for(parts.flow.decoder).budget_bytes = plan.flow_arena
+    elif (dit_solver := getattr(parts.flow.decoder, "dit_solver", None)) is not None:
+        dit_solver.budget_bytes = plan.flow_arena  # CosyVoice3's graphed solve (0: every call eagerly)
     log.info("%s", plan.describe())
     return TakeGate(plan.takes)
 

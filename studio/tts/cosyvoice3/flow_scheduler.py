@@ -24,7 +24,8 @@ streams' states are then unknown: the takes should end). With `gather_seconds` >
 a call, waits up to that long for more (until `max_takes` are queued) before it runs them. Takes announce
 themselves (`expect`) when they start: a batch with first calls waits up to ``STUDIO_FLOW_GATHER_MS`` (20) for
 the first calls of takes started no later than theirs (CosyVoice2's rule, `studio.tts.scheduler.gather`), since
-one solve of their first chunks costs about what one take's does.
+one solve of their first chunks costs about what one take's does. While idle, the worker captures the CUDA graphs
+of solve shapes that ran eagerly (`studio.tts.scheduler.idle_capture`, as CosyVoice2's scheduler does).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from studio.tts.cosyvoice3.hift_batch import HiftPush, vocode_pushes
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device import flow_turn
 from studio.tts.scheduler import gather
+from studio.tts.scheduler.idle_capture import wait_or_capture
 
 DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
 CANCEL_POLL_SECONDS = 0.02  # how late a waiting take notices its cancel
@@ -146,6 +148,8 @@ class DiTFlowScheduler:
         self.batches = self.calls = self.largest_batch = 0
         self.cancelled = 0  # calls that left the queue unrun because their take was cancelled
         self.turn_batches = 0  # batches during which the LM waited (first chunks, no other take decoding)
+        self.idle_captures = 0  # CUDA graphs captured while idle
+        self._last_work = time.monotonic()
         self.order: deque[int] = deque(maxlen=1024)  # `seq` of the calls in the order the worker took them
 
     def render(
@@ -314,6 +318,7 @@ class DiTFlowScheduler:
                     flow_turn.release()
                 for job in jobs:  # a take that gets its result finds the LM's turn given back
                     job.settle()
+                self._last_work = time.monotonic()
 
     def _next_jobs(self) -> list[_Job] | None:
         """Wait for calls (and, with `gather_seconds`, for more of them); take the `max_takes` most urgent,
@@ -321,7 +326,10 @@ class DiTFlowScheduler:
         with `FlowCallCancelled`; an empty list when only those were queued. None once closed."""
         with self._wake:
             while (not self._queue or self._paused) and not self._closed:
-                self._wake.wait()
+                if self._paused:
+                    self._wake.wait()
+                else:  # meanwhile the graphs of shapes that ran eagerly are captured (idle_capture.py)
+                    self.idle_captures += wait_or_capture(self._wake, self._last_work, bool(self._expected))
             if self._closed:
                 return None
             deadline = time.monotonic() + self.gather_seconds

@@ -25,7 +25,7 @@ projections and feed-forward cost as much as its attention over about 4,000 fram
 With a per-voice `DiTPromptCache` (flow_prompt_cache.py) a take's first call starts after the prompt's
 chunks that depend on the voice alone, copied from the cache (or computed first and cached). Several
 takes' calls run together through `render_calls` (flow_batch.mel_many): their new frames share each
-Euler step's and block's matrix products (flow_solve.py).
+Euler step's and block's matrix products (flow_solve.py), replayed as CUDA graphs on a GPU (flow_graphs.py).
 
 State per take (`state_bytes`): keys and values of every kept frame, for 10 steps x 22 blocks x 2 CFG
 rows x 2 (keys, values) x 1024 channels = 901,120 numbers per frame, 45.1 M per second of audio (50
@@ -46,13 +46,14 @@ import torch.nn.functional as F
 
 from studio.tts.cosyvoice3.dit import DiT, static_chunk_mask
 from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT
+from studio.tts.cosyvoice3.flow_graphs import solve_calls
 from studio.tts.cosyvoice3.flow_prompt_cache import (
     DiTPromptCache,
     PromptEntry,
     cached_prompt_frames,
     prompt_key,
 )
-from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, DiTStreamState, FramePlan, solve_plans
+from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, DiTStreamState, FramePlan
 from studio.tts.flow.cfm import NOISE_FRAMES
 
 #: a full key/value buffer grows to this many times its size (whole chunks), so growth copies are rare
@@ -360,7 +361,7 @@ def warm_prompt_cache(
         return False
     if key not in prompt_cache:
         stream._reserve(stream._state, stream._prompt_frames)
-        solve_plans(stream.estimator, [stream._prompt_frames_plan()], flow.decoder.inference_cfg_rate)
+        solve_calls(flow, [stream._prompt_frames_plan()])
         stream._keep_prompt()
     stream.close()
     return key in prompt_cache
@@ -373,8 +374,7 @@ def render_calls(calls: Sequence[FlowCall]) -> list[torch.Tensor]:
     the cache keeps them), then every call's frames, each in one batched solve (flow_solve.py)."""
     if not calls:
         return []
-    stream = calls[0].stream
-    rate = stream.flow.decoder.inference_cfg_rate
+    flow = calls[0].stream.flow
     # a voice's prompt chunks are computed once per batch: its other takes then find them cached
     first_of_voice, later_of_voice, voices = [], [], set()
     for call in calls:
@@ -385,11 +385,11 @@ def render_calls(calls: Sequence[FlowCall]) -> list[torch.Tensor]:
         prompt_plans = [(call, call.stream._prompt_plan(call)) for call in group]
         prompt_plans = [(call, plan) for call, plan in prompt_plans if plan is not None]
         if prompt_plans:
-            solve_plans(stream.estimator, [plan for _, plan in prompt_plans], rate)
+            solve_calls(flow, [plan for _, plan in prompt_plans])
             for call, _ in prompt_plans:
                 call.stream._keep_prompt()
     plans = [call.stream._plan(call) for call in calls]
-    solved = iter(solve_plans(stream.estimator, [plan for plan in plans if plan is not None], rate))
+    solved = iter(solve_calls(flow, [plan for plan in plans if plan is not None]))
     return [
         call.stream._finish(call, None if plan is None else next(solved))
         for call, plan in zip(calls, plans, strict=True)

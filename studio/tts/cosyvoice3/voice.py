@@ -15,6 +15,7 @@ from contextlib import nullcontext
 
 import torch
 
+from studio import envs
 from studio.model_layout import COSYVOICE3
 from studio.request import Mode
 from studio.tts.cosyvoice2 import END_OF_PROMPT, CosyVoice2
@@ -33,7 +34,12 @@ class CosyVoice3(CosyVoice2):
     """Fun-CosyVoice3-0.5B on our runtime, shaped like upstream's ``cosyvoice.cli.cosyvoice.CosyVoice3``."""
 
     family = COSYVOICE3
-    flow_arena = False  # its batched solve reads each take's keys and values in place: the takes get it all
+
+    @property
+    def flow_arena(self) -> bool:
+        """Whether the VRAM plan gives the flow an arena: its graphed solve (`DiTGraphSolver`, on with CUDA
+        graphs) copies takes' states into one; its eager solve reads them in place (the takes get it all)."""
+        return envs.CUDA_GRAPHS.enabled()
 
     def _prepare_prompt(self, spec: SynthesisSpec) -> PromptConditioning:
         prompt = super()._prepare_prompt(spec)

@@ -88,6 +88,11 @@ def bucket_batch(size: int) -> int:
     return 1 << (size - 1).bit_length() if size <= 4 else 4 * math.ceil(size / 4)
 
 
+def bucket_frames(frames: int) -> int:
+    """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
+    return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph

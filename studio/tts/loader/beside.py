@@ -87,11 +87,12 @@ def load_model_folder_beside(
             if fp16:
                 llm.half()
                 flow.half()
-            if device.type == "cuda" and envs.CUDA_GRAPHS.enabled() and family == COSYVOICE2:
-                # The estimator (~1,300 small kernels per Euler step) and HiFT are launch-bound on a GPU:
-                # replaying captured graphs makes them several times faster with identical output.
-                # They are CosyVoice2's (U-Net, HiFT); CosyVoice3's DiT and causal HiFT run eagerly.
-                attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
+            if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
+                # The estimator (~1,300 small kernels per Euler step for CosyVoice2's U-Net, ~5,500 per
+                # chunk for CosyVoice3's DiT) and HiFT are launch-bound on a GPU: replaying captured graphs
+                # makes them several times faster with identical output. CosyVoice3's causal HiFT runs
+                # eagerly (batched across takes).
+                attach_cuda_graphs(flow, hift if family == COSYVOICE2 else None)  # STUDIO_CUDA_GRAPHS=0: off
             loaded["parts"] = ModelParts(
                 model_dir=model_dir,
                 config=config,

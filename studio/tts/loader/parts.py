@@ -137,15 +137,20 @@ def load_frontend(model_dir: Path, device: torch.device, config: ModelConfig | N
 def attach_cuda_graphs(
     flow: torch.nn.Module | None, hift: torch.nn.Module | None, enabled: bool = True
 ) -> None:
-    """Replay the flow's estimator, its streaming encoder and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``).
+    """Replay the flow's estimator, its streaming encoder and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``);
+    for CosyVoice3's flow, its streamed solve (`DiTGraphSolver`).
 
     The models only hold the hook (``graphs``); the speed-ups live beside them and are attached here.
     """
+    from studio.tts.cosyvoice3.dit import DiT
+    from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
     from studio.tts.flow.graphs import EstimatorGraphs
     from studio.tts.flow.streaming.batched_encode import attach_encoder_graphs
     from studio.tts.hift.graphs import HiftGraphs
 
-    if flow is not None:
+    if flow is not None and isinstance(flow.decoder.estimator, DiT):  # CosyVoice3: its streamed solve
+        attach_dit_graphs(flow, enabled)
+    elif flow is not None:
         flow.decoder.graphs = EstimatorGraphs(flow.decoder.estimator) if enabled else None
         attach_encoder_graphs(flow, enabled and envs.ENCODER_GRAPHS.enabled())
     if hift is not None:

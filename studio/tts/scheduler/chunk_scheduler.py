@@ -45,16 +45,15 @@ import torch
 
 from studio import envs
 from studio.tts.device import flow_turn
-from studio.tts.device.cuda_graphs import capture_one_pending, pending_captures
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH
 from studio.tts.scheduler import gather, gpu_work
+from studio.tts.scheduler.idle_capture import wait_or_capture
 from studio.tts.scheduler.jobs import ChunkCancelled, ChunkJob, Tick
 
 log = logging.getLogger(__name__)
 
 CANCEL_POLL_SECONDS = 0.02
 GPU_POLL_SECONDS = 0.0005
-IDLE_CAPTURE_SECONDS = 0.2  # idle this long (between a take's chunks it is ~0.1 s), graphs are captured
 
 
 class ChunkScheduler:
@@ -209,21 +208,8 @@ class ChunkScheduler:
             self.host_seconds += time.monotonic() - started - (self.wait_seconds - waited_before)
 
     def _wait_idle(self) -> None:
-        """Wait for work (lock held); meanwhile capture pending graphs, one per wake (see module)."""
-        if self._expected or pending_captures() == 0:
-            self._condition.wait()
-            return
-        idle = time.monotonic() - self._last_work
-        if idle < IDLE_CAPTURE_SECONDS:
-            self._condition.wait(IDLE_CAPTURE_SECONDS - idle)
-            return
-        self._condition.release()  # takes may queue chunks meanwhile; they are served after this capture
-        try:
-            self.idle_captures += capture_one_pending()
-        except Exception:  # noqa: BLE001 - a capture failure switches its graphs off; the thread goes on
-            log.exception("flow scheduler: a capture while idle failed")
-        finally:
-            self._condition.acquire()
+        """Wait for work (lock held); meanwhile capture pending graphs, one per wake (idle_capture.py)."""
+        self.idle_captures += wait_or_capture(self._condition, self._last_work, bool(self._expected))
 
     def _gather(self, inflight: Tick | None) -> float:
         """Seconds waited (lock held) for the first chunks of takes started with those queued (gather.py)."""

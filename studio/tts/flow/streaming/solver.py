@@ -28,7 +28,13 @@ import torch
 from torch import nn
 
 from studio import envs
-from studio.tts.device.cuda_graphs import ShapeGraphs, autocast_context, bucket_batch, capture_graph
+from studio.tts.device.cuda_graphs import (
+    ShapeGraphs,
+    autocast_context,
+    bucket_batch,
+    bucket_frames,
+    capture_graph,
+)
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -72,11 +78,6 @@ class SolveRequest:
 
 
 # -- batching and graphs ---------------------------------------------------------------------------------
-def _bucket_frames(frames: int) -> int:
-    """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
-    return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
-
-
 def _env_number(var: envs.EnvVar, default: float) -> float:
     value = var.number()
     return default if value is None else value
@@ -243,7 +244,7 @@ class EstimatorSolver:
             frames = max(r.frames for r in chosen)
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
-                frames, rows = _bucket_frames(frames), bucket_batch(count)
+                frames, rows = bucket_frames(frames), bucket_batch(count)
             needed = max(r.frame0 for r in chosen) + frames
             cap, arena_rows = needed, rows
             if self.buckets:

@@ -1,0 +1,364 @@
+"""CosyVoice3's streamed-flow solve with static shapes, replayed as CUDA graphs (`DiTGraphSolver`).
+
+On a GPU the DiT's Euler solve is bound by kernel launches: a traced 4 s take on an H200 launched 37,474
+kernels, 555 ms of host time against 148 ms of GPU time. A CUDA graph replays them in one launch, but needs
+fixed shapes and addresses, which each take's own growing key/value buffers do not have. So a batch of
+takes' calls (`FramePlan`s) runs the way CosyVoice2's batched solve does (tts/flow/streaming/solver.py):
+
+- each call's kept keys and values (its frames before `start`) and its position convolutions' left inputs
+  are copied into a shared work arena, one pair of CFG rows per take;
+- its new frames are padded to a bucket (`bucket_frames`) and the takes to a batch bucket (`bucket_batch`);
+  every row writes each step's keys and values at its own absolute frames and attends through its own
+  additive bias (its chunk mask, and nothing at or after its last real frame), so padding changes no real
+  frame: the position convolutions are causal, the norms and feed-forward work per frame;
+- a shape's solve (every Euler step and block) runs eagerly at its first call and is captured at its next,
+  or while the flow's scheduler is idle (`ShapeGraphs`), then replayed;
+- the new frames' keys and values, and the convolutions' left inputs before the new kept boundary, are
+  copied back into each take's state, which then stands exactly as after `solve_plans`.
+
+The arena grows (context by doubling from 512 frames, rows to the largest batch; growth drops its graphs)
+within a byte budget (``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena): a
+batch beyond it is split, and a call too large for it alone runs eagerly (`solve_plans`), which needs no
+arena. Off CUDA the solver runs the same static solve without graphs (what the tests compare).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from studio import envs
+from studio.tts.cosyvoice3.dit import DiT, DiTAttention
+from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, FramePlan, solve_plans
+from studio.tts.device.cuda_graphs import (
+    ShapeGraphs,
+    autocast_context,
+    bucket_batch,
+    bucket_frames,
+    capture_graph,
+)
+from studio.tts.device.transfer import to_device
+from studio.tts.flow.masks import mask_to_bias
+
+log = logging.getLogger(__name__)
+
+MIN_CONTEXT = 512  # the arena's first context in frames (10 s of audio); it grows by doubling
+GRAPHS_KEPT = 48
+EAGER_FIRST = 1  # a shape runs eagerly once before its capture, which then needs no warm-up pass
+DEFAULT_MAX_BATCH = 32  # takes per solve, as CosyVoice2's (``STUDIO_FLOW_MAX_BATCH``)
+
+
+@dataclass
+class DiTSolveInputs:
+    """A padded batch of R takes' calls (2R CFG rows, F frames, `cap` context frames); all tensors, so a
+    captured graph reads them by address."""
+
+    x: torch.Tensor  # [R, F, 80]: each take's starting noise (zeros past its frames)
+    conditions: torch.Tensor  # [2R, F, 240]: prompt mel, token features and speaker per CFG row
+    angles: torch.Tensor  # [2R, F, dim_head]: rotary angles of each row's frames
+    write: torch.Tensor  # [2R, F] int64: each query's absolute frame (where its key and value go)
+    limit: torch.Tensor  # [2R, F] int64: each query sees the keys before this frame
+    left_columns: torch.Tensor  # [2R, kernel - 1] int64: the convolution inputs kept as the next left
+    block_modulation: torch.Tensor  # [steps, blocks, 6, 1, dim]
+    final_modulation: torch.Tensor  # [steps, 2, 1, dim]
+    step_sizes: torch.Tensor  # [steps]
+
+
+@dataclass
+class DiTArena:
+    kv: torch.Tensor  # [steps, blocks, 2 (keys, values), 2R, heads, cap, dim_head]
+    left: torch.Tensor  # [steps, 2 convolutions, 2R, dim, kernel - 1]
+
+
+# -- the static solve ---------------------------------------------------------------------------------------
+def solve_static(estimator: DiT, cfg_rate: float, arena: DiTArena, io: DiTSolveInputs) -> torch.Tensor:
+    """Every Euler step of the batch's rows -> x [R, F, 80]; writes each row's keys, values and position
+    convolutions' left inputs into the arena (what `solve_plans` writes into the takes' states)."""
+    x = io.x
+    cap = arena.kv.shape[5]
+    visible = torch.arange(cap, device=io.limit.device) < io.limit[:, None, :, None]  # [2R, 1, F, cap]
+    bias = mask_to_bias(visible, arena.kv.dtype)
+    for step in range(io.step_sizes.shape[0]):
+        velocity = _velocity(estimator, arena, io, bias, step, x).unflatten(0, (-1, CFG_ROWS))
+        x = x + io.step_sizes[step] * ((1.0 + cfg_rate) * velocity[:, 0] - cfg_rate * velocity[:, 1])
+    return x
+
+
+def _velocity(estimator: DiT, arena: DiTArena, io: DiTSolveInputs, bias, step: int, x) -> torch.Tensor:
+    """The DiT over every row at one Euler step -> velocity [2R, F, 80] (conditional, unconditional)."""
+    embed = estimator.input_embed
+    projected = embed.proj(torch.cat([x.repeat_interleave(CFG_ROWS, dim=0), io.conditions], dim=2))
+    left = arena.left[step]
+    positions, inputs = embed.conv_pos_embed.continued(projected, (left[0], left[1]))
+    for index, conv_input in enumerate(inputs):  # the inputs just before each row's new kept boundary
+        where = io.left_columns[:, None, :].expand(-1, conv_input.shape[1], -1)
+        left[index] = conv_input.gather(2, where)
+    h = positions + projected
+    kv = arena.kv[step]
+    for index, block in enumerate(estimator.transformer_blocks):
+
+        def attention(normed: torch.Tensor, attn: DiTAttention = block.attn, cache=kv[index]) -> torch.Tensor:
+            return _attend(attn, cache, io, bias, normed)
+
+        h = block.run(h, tuple(io.block_modulation[step, index]), attention)
+    return estimator.proj_out(estimator.norm_out.modulate(h, tuple(io.final_modulation[step])))
+
+
+def _attend(attn: DiTAttention, cache: torch.Tensor, io: DiTSolveInputs, bias, normed) -> torch.Tensor:
+    """Write the rows' keys and values at their frames in `cache` ([2, 2R, heads, cap, dim_head]), then
+    attend over it through the bias."""
+    query, key, value = attn.project(normed, io.angles)
+    where = io.write[None, :, None, :, None].expand(2, -1, attn.heads, -1, attn.dim_head)
+    cache.scatter_(3, where, torch.stack([key, value]).to(cache.dtype))
+    keys, values = cache[0].to(query.dtype), cache[1].to(query.dtype)  # no copy when the dtypes agree
+    bias = bias if bias.dtype == query.dtype else bias.to(query.dtype)  # autocast: the compute dtype
+    return attn.merge_heads(F.scaled_dot_product_attention(query, keys, values, attn_mask=bias))
+
+
+# -- batching, the arena and the graphs ---------------------------------------------------------------------
+@dataclass
+class _Batch:
+    plans: list[FramePlan]
+    rows: int  # takes, padded
+    frames: int  # frames per take, padded
+    cap: int  # context frames of the arena the solve reads
+
+
+class DiTGraphSolver:
+    """Solves `FramePlan`s as `solve_plans` does, in padded batches over a shared arena, replayed as CUDA
+    graphs when `graphs` (on CUDA, or anywhere with a stand-in `capture`)."""
+
+    def __init__(
+        self,
+        cfm: nn.Module,
+        graphs: bool = True,
+        max_batch: int | None = None,
+        budget_bytes: int | None = None,
+        capture=capture_graph,
+    ):
+        self.cfm = cfm
+        self.estimator: DiT = cfm.estimator
+        self.graphs = graphs
+        configured = envs.FLOW_MAX_BATCH.count()
+        self.max_batch = int(max_batch or configured or DEFAULT_MAX_BATCH)
+        self.budget_bytes = budget_bytes
+        self._arena: DiTArena | None = None
+        self._graphs = ShapeGraphs(
+            "CosyVoice3 flow solve", self._run_static, GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
+        )
+        self._graphs_anywhere = capture is not capture_graph  # a stand-in capture (tests)
+        self._lock = threading.Lock()  # takes without a scheduler may call from their own threads
+        blocks = self.estimator.transformer_blocks
+        self._heads, self._dim_head = blocks[0].attn.heads, blocks[0].attn.dim_head
+        self._width = self.estimator.proj_out.in_features
+        self._kernel = self.estimator.input_embed.conv_pos_embed.kernel_size
+        self.batches = self.requests = self.eager_calls = 0
+
+    @property
+    def captures(self) -> int:
+        return self._graphs.captures
+
+    def solve(self, plans: Sequence[FramePlan]) -> list[torch.Tensor]:
+        """Each plan's frames [1, 80, count] in the flow's dtype; the plans' states as `solve_plans` leaves
+        them."""
+        plans = list(plans)
+        if not plans:
+            return []
+        results: dict[int, torch.Tensor] = {}
+        order = sorted(range(len(plans)), key=lambda i: plans[i].count)  # like lengths pad least together
+        with self._lock, torch.inference_mode():
+            while order:
+                batch = self._plan([plans[i] for i in order[: self.max_batch]])
+                if batch is None:  # too large for the budget alone: its own buffers, no arena
+                    index = order.pop(0)
+                    results[index] = solve_plans(self.estimator, [plans[index]], self._rate)[0]
+                    self.eager_calls += 1
+                    continue
+                taken, order = order[: len(batch.plans)], order[len(batch.plans) :]
+                for index, mel in zip(taken, self._run(batch), strict=True):
+                    results[index] = mel
+        return [results[i] for i in range(len(plans))]
+
+    @property
+    def _rate(self) -> float:
+        return self.cfm.inference_cfg_rate
+
+    def _budget(self, device: torch.device) -> int:
+        if self.budget_bytes is None:
+            if device.type == "cuda":
+                default = torch.cuda.get_device_properties(device).total_memory / 5 / 2**20
+            else:
+                default = 1024
+            configured = envs.FLOW_BATCH_MB.number()
+            self.budget_bytes = int((default if configured is None else configured) * 2**20)
+        return self.budget_bytes
+
+    def arena_bytes(self, rows: int, cap: int, steps: int, dtype: torch.dtype) -> int:
+        """Bytes of an arena of `rows` CFG rows and `cap` context frames."""
+        element = torch.empty((), dtype=dtype).element_size()
+        kv = steps * len(self.estimator.transformer_blocks) * 2 * rows * self._heads * cap * self._dim_head
+        left = steps * 2 * rows * self._width * (self._kernel - 1)
+        return (kv + left) * element
+
+    def _plan(self, plans: list[FramePlan]) -> _Batch | None:
+        """The largest batch from the head of `plans` whose arena fits the budget; None when not even the first
+        plan's does."""
+        first = plans[0]
+        steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
+        budget = self._budget(device)
+        count = len(plans)
+        while count:
+            chosen = plans[:count]
+            rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
+            needed = max(plan.start for plan in chosen) + frames
+            arena = self._compatible(steps, dtype, device)
+            grown_cap = max(MIN_CONTEXT, 256 * math.ceil(needed / 256))
+            if arena is not None:
+                have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
+                cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
+                if self.arena_bytes(max(2 * rows, have_rows), cap, steps, dtype) <= budget:
+                    return _Batch(chosen, rows, frames, cap)
+            if self.arena_bytes(2 * rows, grown_cap, steps, dtype) <= budget:  # a new arena, just this size
+                return _Batch(chosen, rows, frames, grown_cap)
+            count //= 2
+        return None
+
+    def _compatible(self, steps: int, dtype: torch.dtype, device: torch.device) -> DiTArena | None:
+        arena = self._arena
+        if (
+            arena is None
+            or arena.kv.device != device
+            or arena.kv.dtype != dtype
+            or arena.kv.shape[0] != steps
+        ):
+            return None
+        return arena
+
+    def _arena_for(self, batch: _Batch, steps: int, dtype: torch.dtype, device: torch.device) -> DiTArena:
+        """The shared arena's view for the batch, made anew (graphs dropped) when it is too small or unlike."""
+        rows = 2 * batch.rows
+        arena = self._compatible(steps, dtype, device)
+        if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] != batch.cap:
+            keep = arena is not None and arena.kv.shape[5] <= batch.cap
+            total = max(rows, arena.kv.shape[3]) if keep else rows
+            log.info("CosyVoice3 flow: work arena for %d CFG rows x %d frames", total, batch.cap)
+            self._arena = None  # freed before the new one is made, not beside it
+            self._graphs.drop()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            blocks = len(self.estimator.transformer_blocks)
+            self._arena = arena = DiTArena(
+                torch.zeros(
+                    steps,
+                    blocks,
+                    2,
+                    total,
+                    self._heads,
+                    batch.cap,
+                    self._dim_head,
+                    dtype=dtype,
+                    device=device,
+                ),
+                torch.zeros(steps, 2, total, self._width, self._kernel - 1, dtype=dtype, device=device),
+            )
+        return DiTArena(arena.kv[:, :, :, :rows], arena.left[:, :, :rows])
+
+    def _run(self, batch: _Batch) -> list[torch.Tensor]:
+        first = batch.plans[0]
+        steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
+        arena = self._arena_for(batch, steps, dtype, device)
+        io = self._inputs(batch, device)
+        for row, plan in enumerate(batch.plans):  # the kept frames in, as each state holds them
+            state, rows = plan.state, slice(CFG_ROWS * row, CFG_ROWS * (row + 1))
+            arena.kv[:, :, 0, rows, :, : plan.start] = state.keys[:, :, :, :, : plan.start]
+            arena.kv[:, :, 1, rows, :, : plan.start] = state.values[:, :, :, :, : plan.start]
+            arena.left[:, :, rows] = state.position_left
+        if self.graphs and (device.type == "cuda" or self._graphs_anywhere):
+            output = self._replay(batch, io, dtype, steps)
+        else:
+            output = solve_static(self.estimator, self._rate, arena, io)
+        results = []
+        for row, plan in enumerate(batch.plans):  # the new frames out: the state as `solve_plans` leaves it
+            state, rows = plan.state, slice(CFG_ROWS * row, CFG_ROWS * (row + 1))
+            state.keys[:, :, :, :, plan.start : plan.frames] = arena.kv[
+                :, :, 0, rows, :, plan.start : plan.frames
+            ]
+            state.values[:, :, :, :, plan.start : plan.frames] = arena.kv[
+                :, :, 1, rows, :, plan.start : plan.frames
+            ]
+            state.position_left.copy_(arena.left[:, :, rows])
+            state.kept = plan.kept
+            results.append(output[row : row + 1, : plan.count].transpose(1, 2))
+        self.batches += 1
+        self.requests += len(batch.plans)
+        return results
+
+    def _inputs(self, batch: _Batch, device: torch.device) -> DiTSolveInputs:
+        first, rows, frames = batch.plans[0], 2 * batch.rows, batch.frames
+        x = first.x.new_zeros(batch.rows, frames, first.x.shape[2])
+        conditions = first.conditions.new_zeros(rows, frames, first.conditions.shape[2])
+        angles = first.angles.new_zeros(rows, frames, first.angles.shape[1])
+        start = torch.zeros(rows, 1, dtype=torch.int64)
+        end = torch.zeros(rows, 1, dtype=torch.int64)
+        kept = torch.zeros(rows, 1, dtype=torch.int64)
+        for row, plan in enumerate(batch.plans):
+            pair = slice(CFG_ROWS * row, CFG_ROWS * (row + 1))
+            x[row, : plan.count] = plan.x[0]
+            conditions[pair, : plan.count] = plan.conditions
+            angles[pair, : plan.count] = plan.angles
+            start[pair], end[pair], kept[pair] = plan.start, plan.frames, plan.kept - plan.start
+        write = start + torch.arange(frames)  # padded rows: frames 0.. of their own rows
+        chunk = self.estimator.static_chunk_size
+        chunk_end = (torch.div(write, chunk, rounding_mode="floor") + 1) * chunk
+        limit = torch.minimum(chunk_end, torch.maximum(end, write + 1))  # a padded query sees itself
+        columns = kept + torch.arange(self._kernel - 1)
+        state = first.state
+        return DiTSolveInputs(
+            x,
+            conditions,
+            angles,
+            to_device(write, device),
+            to_device(limit, device),
+            to_device(columns, device),
+            state.block_modulation,
+            state.final_modulation,
+            state.step_sizes,
+        )
+
+    def _replay(self, batch: _Batch, io: DiTSolveInputs, dtype: torch.dtype, steps: int) -> torch.Tensor:
+        weights = self.estimator.proj_out.weight
+        fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
+        autocast = torch.is_autocast_enabled("cuda")
+        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
+        key = (batch.rows, batch.frames, batch.cap, dtype, steps, autocast_dtype)
+        inputs = tuple(getattr(io, name) for name in DiTSolveInputs.__dataclass_fields__)
+        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
+
+    def _run_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+        """`solve_static` over the shared arena's rows for these inputs (what a graph captures)."""
+        io = DiTSolveInputs(*inputs)
+        rows = io.conditions.shape[0]
+        arena = DiTArena(self._arena.kv[:, :, :, :rows], self._arena.left[:, :, :rows])
+        return (solve_static(self.estimator, self._rate, arena, io),)
+
+
+def solve_calls(flow: nn.Module, plans: Sequence[FramePlan]) -> list[torch.Tensor]:
+    """`solve_plans` for the flow's plans, through its `DiTGraphSolver` when one is attached."""
+    solver = getattr(flow.decoder, "dit_solver", None)
+    if solver is None:
+        return solve_plans(flow.decoder.estimator, plans, flow.decoder.inference_cfg_rate)
+    return solver.solve(plans)
+
+
+def attach_dit_graphs(flow: nn.Module, enabled: bool = True, **options) -> DiTGraphSolver | None:
+    """Solve the flow's streamed calls through a `DiTGraphSolver` (``options`` its own), or stop (``enabled``
+    False): each take's calls then run eagerly with `solve_plans`."""
+    flow.decoder.dit_solver = DiTGraphSolver(flow.decoder, **options) if enabled else None
+    return flow.decoder.dit_solver

@@ -1,0 +1,171 @@
+"""CosyVoice3's static-shape flow solve (`DiTGraphSolver`) against each take's own eager calls.
+
+A copy of the flow with the solver attached runs takes' calls batched, padded and through the shared arena
+(eagerly, or through `ShapeGraphs` with a stand-in capture that replays by re-running the captured function
+on its static inputs); the original flow runs each take alone with `solve_plans`. Every take must get the
+same mel (fp32, 1e-5) and its state must go on as if it had run alone, wherever it stands: a cold prompt
+cache, a warm one, later hops, hops that end inside a chunk, a finalizing call; when the arena grows, when a
+batch is split by the budget, and when one call alone is beyond it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+import torch
+
+from studio.tts.cosyvoice3.flow_batch import mel_many
+from studio.tts.cosyvoice3.flow_graphs import MIN_CONTEXT, attach_dit_graphs
+from studio.tts.cosyvoice3.flow_prompt_cache import DiTPromptCache
+from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler
+from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
+from studio.tts.device.cuda_graphs import capture_one_pending
+from studio.tts.scheduler import IDLE_CAPTURE_SECONDS
+from tests.tts.cosyvoice3.test_cv3_flow_stream import small_flow, take_inputs, take_schedule
+from tests.tts.test_encoder_graphs import replaying_capture
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def flow():
+    return small_flow()
+
+
+def graphed_copy(flow, **options):
+    graphed = copy.deepcopy(flow)
+    return graphed, attach_dit_graphs(graphed, **options)
+
+
+def replaying_graphs(flow, **options):
+    """A graphed copy whose stand-in capture, like a real one, runs nothing: the arena is left as it was."""
+    graphed, solver = graphed_copy(flow, capture=replaying_capture, **options)
+
+    def capture(run, device, pool, context=None, warmup=1):
+        assert warmup == 0  # a warm-up pass would write into the arena between the copy-in and the replay
+        saved = (solver._arena.kv.clone(), solver._arena.left.clone())
+        made = replaying_capture(run, device, pool)
+        solver._arena.kv.copy_(saved[0])
+        solver._arena.left.copy_(saved[1])
+        return made
+
+    solver._graphs._capture = capture
+    return graphed, solver
+
+
+class Take:
+    """One take run twice on the same inputs and schedule: on the graphed flow copy and alone."""
+
+    def __init__(self, graphed, flow, prompt_tokens: int, tokens: int, seed: int, caches=(None, None)):
+        self.inputs = take_inputs(prompt_tokens, tokens, seed)
+        self.counts = take_schedule(prompt_tokens, tokens)
+        inputs = self.inputs
+        args = (inputs["prompt_token"], inputs["prompt_feat"], inputs["embedding"])
+        self.stream = DiTFlowStream(graphed, *args, prompt_cache=caches[0])
+        self.alone = DiTFlowStream(flow, *args, prompt_cache=caches[1])
+        self.calls = 0
+
+    @property
+    def running(self) -> bool:
+        return self.calls < len(self.counts)
+
+    def next_call(self) -> tuple[torch.Tensor, bool]:
+        index, self.calls = self.calls, self.calls + 1
+        return self.inputs["tokens"][:, : self.counts[index]], index == len(self.counts) - 1
+
+
+def run_round(takes: list[Take]) -> None:
+    calls = [take.next_call() for take in takes]
+    batched = mel_many([(take.stream, tokens, end) for take, (tokens, end) in zip(takes, calls, strict=True)])
+    for take, (tokens, finalize), mel in zip(takes, calls, batched, strict=True):
+        expected = take.alone.mel(tokens, finalize)
+        assert mel.shape == expected.shape
+        if mel.numel():
+            assert (mel - expected).abs().max().item() <= TOLERANCE
+        if finalize:
+            assert take.stream.state_bytes == 0
+            continue
+        mine, theirs = take.stream._state, take.alone._state
+        assert mine.kept == theirs.kept
+        assert torch.allclose(mine.position_left, theirs.position_left, atol=TOLERANCE)
+        kept = mine.kept
+        assert torch.allclose(mine.keys[..., :kept, :], theirs.keys[..., :kept, :], atol=TOLERANCE)
+        assert torch.allclose(mine.values[..., :kept, :], theirs.values[..., :kept, :], atol=TOLERANCE)
+
+
+def run_to_the_end(takes: list[Take]) -> None:
+    while takes := [take for take in takes if take.running]:
+        run_round(takes)
+
+
+@torch.inference_mode()
+def test_padded_batches_equal_each_takes_own_calls(flow):
+    graphed, solver = graphed_copy(flow, graphs=False)
+    caches = (DiTPromptCache(2**40), DiTPromptCache(2**40))
+    warm = Take(graphed, flow, 60, 200, seed=50, caches=caches)
+    run_round([warm])  # its voice's prompt chunks are now cached on both sides
+    takes = [
+        Take(graphed, flow, 57, 200, seed=51, caches=caches),  # a cold voice
+        Take(graphed, flow, 60, 200, seed=50, caches=caches),  # a warm one
+        Take(graphed, flow, 9, 90, seed=52),  # no cache
+        warm,
+    ]
+    run_to_the_end(takes)
+    assert solver.batches >= len(takes[0].counts) and solver.requests > solver.batches
+    assert solver.captures == 0 and solver.eager_calls == 0
+
+
+@torch.inference_mode()
+def test_shapes_are_captured_then_replayed(flow):
+    graphed, solver = replaying_graphs(flow)
+    takes = [Take(graphed, flow, 30, 150, seed=s) for s in (60, 61)]
+    run_round(takes)
+    while capture_one_pending():  # what the idle flow scheduler does between takes
+        pass
+    run_to_the_end(takes)
+    assert solver.captures >= 1 and solver._graphs.enabled
+    again = [Take(graphed, flow, 30, 150, seed=s) for s in (62, 63)]
+    captures = solver.captures
+    run_to_the_end(again)  # the same shapes: replays, few new captures
+    assert solver.captures - captures < len(again[0].counts)
+
+
+@torch.inference_mode()
+def test_the_arena_grows_for_a_long_take(flow):
+    graphed, solver = replaying_graphs(flow)
+    long = Take(graphed, flow, 40, 320, seed=70)  # 720 frames: past the first arena's context
+    run_to_the_end([long])
+    assert solver._arena.kv.shape[5] == 2 * MIN_CONTEXT
+
+
+@torch.inference_mode()
+def test_the_budget_splits_batches_and_runs_an_oversized_call_alone(flow):
+    probe = attach_dit_graphs(copy.deepcopy(flow), graphs=False)
+    one_take = probe.arena_bytes(2, MIN_CONTEXT, 10, torch.float32)
+    graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=2 * one_take)
+    takes = [Take(graphed, flow, 20, 100, seed=s) for s in (80, 81, 82, 83)]
+    run_round(takes)
+    assert solver.batches == 2 and solver.requests == 4  # two takes per arena
+    long = Take(graphed, flow, 50, 500, seed=84)  # 1,100 frames: beyond the budget even alone
+    run_to_the_end([long, *takes])
+    assert solver.eager_calls >= 1 and solver.batches > 2
+
+
+def test_the_idle_flow_scheduler_captures_the_shapes_that_ran_eagerly(flow):
+    graphed, solver = replaying_graphs(flow)
+    take = Take(graphed, flow, 30, 150, seed=90)
+    scheduler = DiTFlowScheduler(max_takes=4)
+    try:
+        tokens, finalize = take.next_call()
+        with torch.inference_mode():
+            mel = scheduler.render(take.stream, tokens, finalize)
+            expected = take.alone.mel(tokens, finalize)
+        assert (mel - expected).abs().max().item() <= TOLERANCE and solver.captures == 0
+        deadline = time.monotonic() + 60
+        while scheduler.idle_captures == 0 and time.monotonic() < deadline:
+            time.sleep(IDLE_CAPTURE_SECONDS)
+        assert scheduler.idle_captures >= 1 and solver.captures >= 1
+    finally:
+        scheduler.close()
