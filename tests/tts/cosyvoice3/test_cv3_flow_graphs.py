@@ -169,3 +169,22 @@ def test_the_idle_flow_scheduler_captures_the_shapes_that_ran_eagerly(flow):
         assert scheduler.idle_captures >= 1 and solver.captures >= 1
     finally:
         scheduler.close()
+
+
+@torch.inference_mode()
+def test_half_precision_batches_follow_each_takes_own_calls():
+    """fp16 (the loader's CUDA flow): arena and states in fp16, each take within half-precision rounding of
+    its own calls (the padded batch rounds its matrix products differently)."""
+    half = small_flow().half()
+    graphed, solver = replaying_graphs(half)
+    takes = [Take(graphed, half, prompt, 110, seed) for prompt, seed in ((6, 91), (20, 92))]
+    worst = 0.0
+    while takes := [take for take in takes if take.running]:
+        calls = [take.next_call() for take in takes]
+        batched = mel_many([(t.stream, tokens, end) for t, (tokens, end) in zip(takes, calls, strict=True)])
+        for take, (tokens, finalize), mel in zip(takes, calls, batched, strict=True):
+            expected = take.alone.mel(tokens, finalize)
+            assert mel.dtype == torch.float32 and mel.shape == expected.shape
+            worst = max(worst, (mel - expected).abs().max().item() if mel.numel() else 0.0)
+    assert solver._arena.kv.dtype == torch.float16 and solver.captures >= 1
+    assert worst <= 2e-2
