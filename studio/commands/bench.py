@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from studio.commands.vram_sampler import VramSampler
-from studio.model_layout import family_of
+from studio.model_layout import COSYVOICE3, family_of
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the studio keeps reading without a pause."
 
@@ -129,6 +129,10 @@ def flow_counters(loaded) -> dict[str, int]:
     flow = getattr(parts, "flow", None)
     if flow is None:
         return {}
+    if getattr(parts, "family", None) == COSYVOICE3:
+        from studio.tts.cosyvoice3.flow_graphs import dit_flow_stats
+
+        return {**dit_flow_stats(flow), **prompt_cache_counters(parts)}
     encoder, hift = (
         getattr(flow, "encoder_graphs", None),
         getattr(getattr(parts, "hift", None), "graphs", None),
@@ -143,8 +147,6 @@ def flow_counters(loaded) -> dict[str, int]:
 def prompt_cache_counters(parts) -> dict[str, int]:
     """The family's per-voice prompt cache on the model's device: hits, misses, evictions and refusals (a voice
     whose prompt state was evicted computes it again in its take's first chunk)."""
-    from studio.model_layout import COSYVOICE3
-
     if getattr(parts, "family", None) == COSYVOICE3:
         from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache as default
     else:

@@ -42,7 +42,8 @@ def test_synth_speaks_with_a_cosyvoice3_folder(tmp_path, tiny_cosyvoice3_dir, pr
     assert "60 speech tokens" in printed and "backend: pytorch" in printed
 
 
-def test_bench_reports_a_cosyvoice3_folder(tmp_path, tiny_cosyvoice3_dir):
+def test_bench_reports_a_cosyvoice3_folder(tmp_path, tiny_cosyvoice3_dir, monkeypatch):
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")  # the scheduled flow, as on a GPU
     report = tmp_path / "bench.json"
     rc = main([
         "bench", "--model", str(tiny_cosyvoice3_dir), "--backends", "pytorch", "--concurrency", "1,2",
@@ -57,6 +58,9 @@ def test_bench_reports_a_cosyvoice3_folder(tmp_path, tiny_cosyvoice3_dir):
         level["takes"] == level["concurrency"] and level["audio_seconds_per_second"]["avg"] > 0
         for level in levels
     )
+    counters = levels[1]["flow_solver"]  # CosyVoice3's flow: its scheduler's batches, no graphs off CUDA
+    assert counters["dit_calls"] >= 2 and counters["requests"] == counters["dit_calls"]
+    assert counters["captures"] == counters["eager_calls"] == 0
 
 
 def test_render_reads_a_script_with_a_cosyvoice3_folder(tmp_path, tiny_cosyvoice3_dir):

@@ -362,3 +362,22 @@ def attach_dit_graphs(flow: nn.Module, enabled: bool = True, **options) -> DiTGr
     False): each take's calls then run eagerly with `solve_plans`."""
     flow.decoder.dit_solver = DiTGraphSolver(flow.decoder, **options) if enabled else None
     return flow.decoder.dit_solver
+
+
+def dit_flow_stats(flow: nn.Module) -> dict[str, int]:
+    """CosyVoice3's flow counters under CosyVoice2's names (`solver_stats`, `scheduler_stats`): solves run
+    (`batches`) and calls served (`requests`), by the graphed solver when attached, else by the scheduler's
+    batches; CUDA graphs captured (`captures`; `idle_captures` by the idle scheduler), calls solved eagerly
+    for want of arena (`eager_calls`), and the scheduler's `ticks` (batches) and `jobs` (calls)."""
+    solver = getattr(flow.decoder, "dit_solver", None)
+    scheduler = getattr(flow, "_dit_flow_scheduler", None)
+    ticks, jobs = (0, 0) if scheduler is None else (scheduler.batches, scheduler.calls)
+    return {
+        "batches": ticks if solver is None else solver.batches,
+        "requests": jobs if solver is None else solver.requests,
+        "captures": 0 if solver is None else solver.captures,
+        "eager_calls": 0 if solver is None else solver.eager_calls,
+        "idle_captures": 0 if scheduler is None else scheduler.idle_captures,
+        "dit_batches": ticks,
+        "dit_calls": jobs,
+    }

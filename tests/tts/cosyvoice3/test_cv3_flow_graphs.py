@@ -188,3 +188,15 @@ def test_half_precision_batches_follow_each_takes_own_calls():
             worst = max(worst, (mel - expected).abs().max().item() if mel.numel() else 0.0)
     assert solver._arena.kv.dtype == torch.float16 and solver.captures >= 1
     assert worst <= 2e-2
+
+
+def test_the_loaders_cuda_graphs_give_a_cosyvoice3_flow_its_graphed_solve(flow):
+    from studio.tts.cosyvoice3.flow_graphs import DiTGraphSolver
+    from studio.tts.loader import attach_cuda_graphs
+
+    graphed = copy.deepcopy(flow)
+    attach_cuda_graphs(graphed, None)
+    assert isinstance(graphed.decoder.dit_solver, DiTGraphSolver) and graphed.decoder.dit_solver.graphs
+    assert getattr(graphed.decoder, "graphs", None) is None  # CosyVoice2's estimator graphs: not a DiT's
+    attach_cuda_graphs(graphed, None, enabled=False)
+    assert graphed.decoder.dit_solver is None
