@@ -9,19 +9,22 @@ cosyvoice3.yaml's 22 of 1024), gives N takes distinct voices (prompts of --promp
   by one, on twin streams at the same point of their takes.
 
 Prints ms per round (all N takes' calls) and per take-chunk, the speed-up of batching, and the largest
-difference between a batched take's mel and its twin's. On the CPU times are the calling thread's CPU time
+difference between a batched take's mel and its twin's. With --graphs, a copy of the flow with the graphed
+solve (`DiTGraphSolver`: CUDA graphs on CUDA, its static solve elsewhere) runs a third set of takes: its first
+hops from the warm cache (the third time that shape runs, so replayed) and its rounds, against the twins. On the CPU times are the calling thread's CPU time
 (with --threads 1 all the work runs there and other processes on shared cores do not inflate it); on CUDA
 wall time between synchronizations. --steps sets the Euler steps (10 is upstream's; fewer keeps the full
 width affordable on a CPU: the cost is linear in them).
 
 Usage: python benchmarks/probes/cv3_flow_batch_check.py [--size tiny|mid|full] [--takes 1,4,8]
        [--device cpu|cuda] [--dtype float32|float16] [--threads 1] [--steps 10] [--rounds 3]
-       [--prompt-tokens 150] [--json out.json]
+       [--prompt-tokens 150] [--graphs] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 
@@ -31,6 +34,7 @@ from cv3_flow_stream_check import timed  # this script's folder is on sys.path w
 from studio.tts.cosyvoice3.dit import DiT
 from studio.tts.cosyvoice3.flow import CausalMaskedDiffWithDiT, PreLookaheadLayer
 from studio.tts.cosyvoice3.flow_batch import mel_many
+from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
 from studio.tts.cosyvoice3.flow_prompt_cache import DiTPromptCache
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.flow.cfm import CausalConditionalCFM
@@ -82,7 +86,11 @@ def first_hop(prompt_tokens: int) -> int:
     return math.ceil(prompt_tokens / HOP) * HOP - prompt_tokens + HOP + LOOKAHEAD
 
 
-def measure(flow, voices: list[Voice], args) -> dict:
+def calls(streams, voices, count: int) -> list[tuple]:
+    return [(stream, voice.tokens[:, :count], False) for stream, voice in zip(streams, voices, strict=True)]
+
+
+def measure(flow, voices: list[Voice], args, graphed_flow=None) -> dict:
     device, steps, first = args.device, args.steps, first_hop(args.prompt_tokens)
     row: dict = {"takes": len(voices)}
     # first hops: one by one and batched without a cache, batched from a warm cache
@@ -102,8 +110,17 @@ def measure(flow, voices: list[Voice], args) -> dict:
         lambda: mel_many([(s, v.tokens[:, :first], False) for s, v in zip(cached, voices, strict=True)]),
         device,
     )
+    graphed = []
+    if graphed_flow is not None:  # the first hop's shape eager, then captured, then replayed and timed
+        graphed_cache = DiTPromptCache(2**40)
+        for _ in range(2):
+            mel_many(
+                calls([voice.stream(graphed_flow, steps, graphed_cache) for voice in voices], voices, first)
+            )
+        graphed = [voice.stream(graphed_flow, steps, graphed_cache) for voice in voices]
+        _, row["first_graphed_cached_ms"] = timed(lambda: mel_many(calls(graphed, voices, first)), device)
     # later hops: one 50-frame chunk per take per round
-    alone_ms, batched_ms, worst = [], [], 0.0
+    alone_ms, batched_ms, graphed_ms, worst, worst_graphed = [], [], [], 0.0, 0.0
     for round_index in range(args.rounds):
         count = first + HOP * (round_index + 1)
         alone_mels, seconds = timed(
@@ -122,14 +139,25 @@ def measure(flow, voices: list[Voice], args) -> dict:
         batched_ms.append(seconds)
         for a, b in zip(alone_mels, batched_mels, strict=True):
             worst = max(worst, float((a - b).abs().max()))
+        if graphed:
+            graphed_mels, seconds = timed(lambda count=count: mel_many(calls(graphed, voices, count)), device)
+            graphed_ms.append(seconds)
+            for a, b in zip(alone_mels, graphed_mels, strict=True):
+                worst_graphed = max(worst_graphed, float((a - b).abs().max()))
     row["round_alone_ms"] = min(alone_ms)
     row["round_batched_ms"] = min(batched_ms)
     row["max_abs_diff"] = worst
+    if graphed:
+        row["round_graphed_ms"] = min(graphed_ms)
+        row["max_abs_diff_graphed"] = worst_graphed
     for key in [key for key in row if key.endswith("_ms")]:
         row[key] = round(1000 * row[key], 2)
     row["chunk_alone_ms"] = round(row["round_alone_ms"] / len(voices), 2)
     row["chunk_batched_ms"] = round(row["round_batched_ms"] / len(voices), 2)
     row["speedup"] = round(row["round_alone_ms"] / row["round_batched_ms"], 2)
+    if graphed:
+        row["chunk_graphed_ms"] = round(row["round_graphed_ms"] / len(voices), 2)
+        row["speedup_graphed"] = round(row["round_alone_ms"] / row["round_graphed_ms"], 2)
     return row
 
 
@@ -143,6 +171,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="later-hop rounds; the fastest is shown")
     parser.add_argument("--prompt-tokens", type=int, default=150)
+    parser.add_argument("--graphs", action="store_true", help="also time the graphed solve (DiTGraphSolver)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -151,6 +180,10 @@ def main() -> None:
     tokens = first_hop(args.prompt_tokens) + HOP * (args.rounds + 1)
     counts = [int(n) for n in args.takes.split(",")]
     voices = [Voice(seed, args.prompt_tokens, tokens, args.device, dtype) for seed in range(max(counts))]
+    graphed_flow = None
+    if args.graphs:
+        graphed_flow = copy.deepcopy(flow)
+        attach_dit_graphs(graphed_flow)
     measure(flow, voices[:1], argparse.Namespace(**{**vars(args), "rounds": 1}))  # allocations, kernels
     print(
         f"{args.size} DiT, {args.device} {args.dtype}, {args.steps} steps, prompt {args.prompt_tokens} tokens"
@@ -161,7 +194,7 @@ def main() -> None:
     )
     rows = []
     for count in counts:
-        row = measure(flow, voices[:count], args)
+        row = measure(flow, voices[:count], args, graphed_flow)
         rows.append(row)
         print(
             f"{count:6d}  {row['first_alone_ms']:12.1f} {row['first_batched_ms']:8.1f} "
@@ -169,6 +202,12 @@ def main() -> None:
             f"{row['round_batched_ms']:8.1f}  {row['chunk_alone_ms']:17.1f} {row['chunk_batched_ms']:8.1f} "
             f"{row['speedup']:9.2f}  {row['max_abs_diff']:.1e}"
         )
+        if graphed_flow is not None:
+            print(
+                f"        graphed: first (cached) {row['first_graphed_cached_ms']:.1f} ms, round "
+                f"{row['round_graphed_ms']:.1f} ms, per chunk {row['chunk_graphed_ms']:.1f} ms, speed-up "
+                f"{row['speedup_graphed']:.2f} over one by one, max |diff| {row['max_abs_diff_graphed']:.1e}"
+            )
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"args": vars(args), "rows": rows}, out, indent=1)

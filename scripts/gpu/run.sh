@@ -24,7 +24,9 @@
 #                16 streams, then --workload sentences at 1 and 16 (issue 39's figures, beside CosyVoice2's), and
 #                the streamed flow's and HiFT's probes in fp16 on CUDA (stream against re-run; batched against one
 #                by one);
-#                cv3-bench (make-model and --tokens 100) and cv3-probes (the rest) split it across two calls
+#                cv3-bench (make-model and --tokens 100, with the DiT's graphed solve and with it eager:
+#                STUDIO_CUDA_GRAPHS=0) and cv3-probes (the rest; the flow batch probe with --graphs) split it
+#                across two calls
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
@@ -212,6 +214,10 @@ cv3_bench() {
     --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
   echo "== cv3 tokens100: rc $?"
   grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+  STUDIO_CUDA_GRAPHS=0 timeout 200 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 \
+    --warmup-rounds 2 --concurrency 1,4,16 --json "$out/h200_cv3-tokens100-eager.json" >"$out/cv3-eager.log" 2>&1
+  echo "== cv3 tokens100, the DiT's solve eager (STUDIO_CUDA_GRAPHS=0): rc $?"
+  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-eager.log" | cut -c1-400
 }
 
 cv3_probes() {
@@ -224,9 +230,9 @@ cv3_probes() {
   echo "== cv3 flow stream (fp16, CUDA): rc $?"
   tail -12 "$out/cv3-flow-stream.log" | cut -c1-200
   timeout 150 python3 benchmarks/probes/cv3_flow_batch_check.py --size full --takes 1,4,16 --device cuda \
-    --dtype float16 --json "$out/h200_cv3-flow-batch-check.json" >"$out/cv3-flow-batch.log" 2>&1
+    --dtype float16 --graphs --json "$out/h200_cv3-flow-batch-check.json" >"$out/cv3-flow-batch.log" 2>&1
   echo "== cv3 flow batch (fp16, CUDA): rc $?"
-  tail -6 "$out/cv3-flow-batch.log" | cut -c1-200
+  tail -9 "$out/cv3-flow-batch.log" | cut -c1-200
   timeout 150 python3 benchmarks/probes/cv3_hift_batch_check.py --size full --takes 1,4,16 --device cuda \
     --dtype float16 --json "$out/h200_cv3-hift-batch-check.json" >"$out/cv3-hift-batch.log" 2>&1
   echo "== cv3 hift batch (fp16, CUDA): rc $?"
