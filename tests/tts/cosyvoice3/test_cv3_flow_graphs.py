@@ -40,8 +40,14 @@ def graphed_copy(flow, **options):
 
 
 def replaying_graphs(flow, **options):
-    """A graphed copy whose stand-in capture, like a real one, runs nothing: the arena is left as it was."""
+    """A graphed copy whose stand-in capture, like a real one, runs nothing (`keep_arena_on_capture`)."""
     graphed, solver = graphed_copy(flow, capture=replaying_capture, **options)
+    return graphed, keep_arena_on_capture(solver)
+
+
+def keep_arena_on_capture(solver):
+    """The solver's stand-in capture (`replaying_capture`) leaves the arena as it was, as a real one, which
+    records kernels without running them."""
 
     def capture(run, device, pool, context=None, warmup=1):
         assert warmup == 0  # a warm-up pass would write into the arena between the copy-in and the replay
@@ -52,7 +58,7 @@ def replaying_graphs(flow, **options):
         return made
 
     solver._graphs._capture = capture
-    return graphed, solver
+    return solver
 
 
 class Take:

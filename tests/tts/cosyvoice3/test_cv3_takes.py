@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -248,13 +249,8 @@ def test_a_saved_voices_first_streamed_take_starts_from_the_prompt_cache(voice, 
     torch.testing.assert_close(warm, cold, rtol=0, atol=1e-6)
 
 
-def test_takes_on_the_flow_scheduler_equal_their_own(voice, prompt_wav, monkeypatch):
-    """With the scheduler (CUDA's default) two takes' chunks run as batched solves; the audio is the same."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
-
-    token_lists = [_tokens(130, seed=11), _tokens(90, seed=12)]
+def _streamed_takes(voice, prompt_wav, token_lists: list[list[int]], threads: int) -> list[torch.Tensor]:
+    """Streamed cross-lingual takes of these tokens, on `threads` threads at once -> each take's audio."""
 
     def take(tokens):
         spec = SynthesisSpec(
@@ -263,10 +259,39 @@ def test_takes_on_the_flow_scheduler_equal_their_own(voice, prompt_wav, monkeypa
         )  # fmt: skip
         return _audio(voice, spec)[0]
 
-    alone = [take(tokens) for tokens in token_lists]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(take, token_lists))
+
+
+def test_takes_on_the_flow_scheduler_equal_their_own(voice, prompt_wav, monkeypatch):
+    """With the scheduler (CUDA's default) two takes' chunks run as batched solves; the audio is the same."""
+    from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
+
+    token_lists = [_tokens(130, seed=11), _tokens(90, seed=12)]
+    alone = _streamed_takes(voice, prompt_wav, token_lists, threads=1)
     monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
-    with ThreadPoolExecutor(2) as pool:
-        together = list(pool.map(take, token_lists))
+    together = _streamed_takes(voice, prompt_wav, token_lists, threads=2)
     assert flow_scheduler_for(voice.model.flow).stats()["calls"] >= 4
     for mine, theirs in zip(together, alone, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
+
+
+def test_takes_through_the_graphed_flow_solve_equal_their_own(voice, prompt_wav, monkeypatch):
+    """The flow's solve graphed (`DiTGraphSolver`, as the loader attaches it on CUDA; here its stand-in capture)
+    under the scheduler: two takes at once, then again (replayed shapes), each equal to its take without it."""
+    from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
+    from tests.tts.cosyvoice3.test_cv3_flow_graphs import keep_arena_on_capture
+    from tests.tts.test_encoder_graphs import replaying_capture
+
+    token_lists = [_tokens(120, seed=13), _tokens(70, seed=14)]
+    alone = _streamed_takes(voice, prompt_wav, token_lists, threads=1)
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
+    solver = keep_arena_on_capture(attach_dit_graphs(voice.model.flow, capture=replaying_capture))
+    try:
+        runs = [_streamed_takes(voice, prompt_wav, token_lists, threads=2) for _ in range(2)]
+    finally:
+        attach_dit_graphs(voice.model.flow, enabled=False)
+    assert solver.requests >= 8 and solver.captures >= 1
+    for together in runs:
+        for mine, theirs in zip(together, alone, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4)
