@@ -129,6 +129,7 @@ class _Batch:
     rows: int  # takes, padded
     frames: int  # frames per take, padded
     cap: int  # context frames of the arena the solve reads
+    arena_rows: int  # CFG rows of that arena (at least 2 x rows: it may be kept from a larger batch)
 
 
 class DiTGraphSolver:
@@ -223,10 +224,11 @@ class DiTGraphSolver:
             if arena is not None:
                 have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
                 cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
-                if self.arena_bytes(max(2 * rows, have_rows), cap, steps, dtype) <= budget:
-                    return _Batch(chosen, rows, frames, cap)
+                arena_rows = max(2 * rows, have_rows)
+                if self.arena_bytes(arena_rows, cap, steps, dtype) <= budget:
+                    return _Batch(chosen, rows, frames, cap, arena_rows)
             if self.arena_bytes(2 * rows, grown_cap, steps, dtype) <= budget:  # a new arena, just this size
-                return _Batch(chosen, rows, frames, grown_cap)
+                return _Batch(chosen, rows, frames, grown_cap, 2 * rows)
             count //= 2
         return None
 
@@ -243,11 +245,9 @@ class DiTGraphSolver:
 
     def _arena_for(self, batch: _Batch, steps: int, dtype: torch.dtype, device: torch.device) -> DiTArena:
         """The shared arena's view for the batch, made anew (graphs dropped) when it is too small or unlike."""
-        rows = 2 * batch.rows
+        rows, total = 2 * batch.rows, batch.arena_rows
         arena = self._compatible(steps, dtype, device)
-        if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] != batch.cap:
-            keep = arena is not None and arena.kv.shape[5] <= batch.cap
-            total = max(rows, arena.kv.shape[3]) if keep else rows
+        if arena is None or arena.kv.shape[3] != total or arena.kv.shape[5] != batch.cap:
             log.info("CosyVoice3 flow: work arena for %d CFG rows x %d frames", total, batch.cap)
             self._arena = None  # freed before the new one is made, not beside it
             self._graphs.drop()

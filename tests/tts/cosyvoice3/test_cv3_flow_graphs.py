@@ -155,8 +155,31 @@ def test_the_budget_splits_batches_and_runs_an_oversized_call_alone(flow):
     run_round(takes)
     assert solver.batches == 2 and solver.requests == 4  # two takes per arena
     long = Take(graphed, flow, 50, 500, seed=84)  # 1,100 frames: beyond the budget even alone
-    run_to_the_end([long, *takes])
+    takes = [long, *takes]
+    while takes := [take for take in takes if take.running]:
+        run_round(takes)
+        arena = solver._arena.kv
+        assert solver.arena_bytes(arena.shape[3], arena.shape[5], 10, arena.dtype) <= 2 * one_take
     assert solver.eager_calls >= 1 and solver.batches > 2
+
+
+@torch.inference_mode()
+def test_a_long_take_beside_a_wide_arena_keeps_within_the_budget(flow):
+    """Four takes fill an arena of 8 CFG rows x 512 frames; a take that outgrows its context then gets an
+    arena of its own size (the wide one let go first), never both beyond the budget."""
+    probe = attach_dit_graphs(copy.deepcopy(flow), graphs=False)
+    budget = probe.arena_bytes(8, MIN_CONTEXT, 10, torch.float32)
+    graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=budget)
+    short = [Take(graphed, flow, 20, 60, seed=s) for s in (85, 86, 87)]
+    long = Take(graphed, flow, 40, 320, seed=88)  # 720 frames: a context of 768 (in 256-frame steps)
+    takes = [long, *short]
+    shapes = set()
+    while takes := [take for take in takes if take.running]:
+        run_round(takes)
+        arena = solver._arena.kv
+        shapes.add((arena.shape[3], arena.shape[5]))
+        assert solver.arena_bytes(arena.shape[3], arena.shape[5], 10, arena.dtype) <= budget
+    assert shapes == {(8, MIN_CONTEXT), (2, 768)} and solver.eager_calls == 0
 
 
 def test_the_idle_flow_scheduler_captures_the_shapes_that_ran_eagerly(flow):
