@@ -37,6 +37,22 @@ def replaying_capture(run, device, pool, context=None, warmup=1):
     return Replay(run, outputs), outputs, pool
 
 
+def untouched_capture(written):
+    """`replaying_capture` that, like a real capture (it records kernels, runs none), leaves what the run
+    writes as it was: `written()` gives those tensors (a solver's arena). Captures come without a warm-up
+    pass (`EAGER_FIRST`), which would write into the arena between its copy-in and the replay."""
+
+    def capture(run, device, pool, context=None, warmup=1):
+        assert warmup == 0
+        saved = [tensor.clone() for tensor in written()]
+        made = replaying_capture(run, device, pool)
+        for tensor, before in zip(written(), saved, strict=True):
+            tensor.copy_(before)
+        return made
+
+    return capture
+
+
 @pytest.fixture
 def graphed(modules):  # noqa: F811
     flow, _ = modules

@@ -147,21 +147,13 @@ def test_graph_replays_of_batches_equal_takes_solved_alone(modules, monkeypatch)
     idle) and replayed, equal to each take alone."""
     from studio.tts.device.cuda_graphs import capture_one_pending
     from studio.tts.flow.streaming import incremental
-    from tests.tts.test_encoder_graphs import replaying_capture
+    from tests.tts.test_encoder_graphs import replaying_capture, untouched_capture
 
     flow, _ = modules
     solo = drive_solo(flow)
     solver = EstimatorSolver(flow.decoder, graphs=True, capture=replaying_capture)
 
-    def capture(run, device, pool, context=None, warmup=1):  # a capture runs nothing: the arena is untouched
-        assert warmup == 0
-        arena = (solver._arena.kv.clone(), solver._arena.tails.clone())
-        made = replaying_capture(run, device, pool)
-        solver._arena.kv.copy_(arena[0])
-        solver._arena.tails.copy_(arena[1])
-        return made
-
-    solver._graphs._capture = capture
+    solver._graphs._capture = untouched_capture(lambda: (solver._arena.kv, solver._arena.tails))
     flow.decoder._solver = solver
     monkeypatch.setattr(incremental, "solver_for", lambda _cfm: solver)
     try:

@@ -24,7 +24,7 @@ from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.device.cuda_graphs import capture_one_pending
 from studio.tts.scheduler import IDLE_CAPTURE_SECONDS
 from tests.tts.cosyvoice3.test_cv3_flow_stream import small_flow, take_inputs, take_schedule
-from tests.tts.test_encoder_graphs import replaying_capture
+from tests.tts.test_encoder_graphs import replaying_capture, untouched_capture
 
 TOLERANCE = 1e-5
 
@@ -46,18 +46,8 @@ def replaying_graphs(flow, **options):
 
 
 def keep_arena_on_capture(solver):
-    """The solver's stand-in capture (`replaying_capture`) leaves the arena as it was, as a real one, which
-    records kernels without running them."""
-
-    def capture(run, device, pool, context=None, warmup=1):
-        assert warmup == 0  # a warm-up pass would write into the arena between the copy-in and the replay
-        saved = (solver._arena.kv.clone(), solver._arena.left.clone())
-        made = replaying_capture(run, device, pool)
-        solver._arena.kv.copy_(saved[0])
-        solver._arena.left.copy_(saved[1])
-        return made
-
-    solver._graphs._capture = capture
+    """The solver's stand-in capture leaves its arena as it was, as a real one (`untouched_capture`)."""
+    solver._graphs._capture = untouched_capture(lambda: (solver._arena.kv, solver._arena.left))
     return solver
 
 
