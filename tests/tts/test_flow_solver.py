@@ -172,6 +172,34 @@ def test_graph_replays_of_batches_equal_takes_solved_alone(modules, monkeypatch)
                 assert relative_error(ours, theirs) < 1e-5
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_batches_beyond_an_arena_of_every_step_run_a_step_at_a_time(modules, graphs, monkeypatch):  # noqa: F811
+    """A budget that holds one Euler step of the batch's keys/values but not every step, even for one take:
+    each batch runs a step at a time through a one-step arena (one graph for every step, with the stand-in
+    capture), equal to each take alone."""
+    from studio.tts.flow.streaming import incremental
+    from tests.tts.test_encoder_graphs import replaying_capture, untouched_capture
+
+    flow, _ = modules
+    solo = drive_solo(flow)
+    solver = EstimatorSolver(flow.decoder, graphs=graphs, capture=replaying_capture)
+    solver._graphs._capture = untouched_capture(lambda: (solver._arena.kv, solver._arena.tails))
+    solver.buckets = True
+    one_step_of_three = 512 * solver.layout.bytes_per_frame(1, 8, torch.float32)  # 3 takes pad to 4
+    assert 512 * solver.layout.bytes_per_frame(10, 2, torch.float32) > one_step_of_three
+    solver.budget_bytes = one_step_of_three
+    monkeypatch.setattr(incremental, "solver_for", lambda _cfm: solver)  # graphs without the loader's
+    with installed(flow, solver), torch.inference_mode():
+        batched = drive_batched(flow, solver)
+    assert solver.stepwise_batches == solver.batches < solver.requests == sum(len(m) for m in solo)
+    assert solver._arena.kv.shape[0] == 1  # one step's keys/values
+    if graphs:
+        assert 1 <= solver.captures <= len(solver._graphs) + 8 and solver._graphs.enabled
+    for take_solo, take_batched in zip(solo, batched, strict=True):
+        for ours, theirs in zip(take_batched, take_solo, strict=True):
+            assert relative_error(ours, theirs) < 1e-5
+
+
 def test_a_lone_chunk_beyond_the_budget_never_sits_beside_the_shared_arena(modules):  # noqa: F811
     """A chunk too large for the budget alone gets an arena of its exact size; the shared arena is let go
     first, so the two are never held together beyond the budget. (On the H200 at a 24 GiB budget, a take's

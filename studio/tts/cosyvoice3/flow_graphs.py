@@ -45,6 +45,7 @@ from studio.tts.device.cuda_graphs import (
     capture_graph,
 )
 from studio.tts.device.transfer import to_device
+from studio.tts.device.vram_budget import default_arena_bytes
 from studio.tts.flow.masks import mask_to_bias
 
 log = logging.getLogger(__name__)
@@ -193,12 +194,7 @@ class DiTGraphSolver:
 
     def _budget(self, device: torch.device) -> int:
         if self.budget_bytes is None:
-            if device.type == "cuda":
-                default = torch.cuda.get_device_properties(device).total_memory / 5 / 2**20
-            else:
-                default = 1024
-            configured = envs.FLOW_BATCH_MB.number()
-            self.budget_bytes = int((default if configured is None else configured) * 2**20)
+            self.budget_bytes = default_arena_bytes(device)
         return self.budget_bytes
 
     def arena_bytes(self, rows: int, cap: int, steps: int, dtype: torch.dtype) -> int:

@@ -173,3 +173,14 @@ def _indexed(device):
 
     device = torch.device(device)
     return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def default_arena_bytes(device) -> int:
+    """A flow work arena's budget without a VRAM plan: ``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU's
+    memory (1 GB on the CPU)."""
+    import torch
+
+    configured = envs.FLOW_BATCH_MB.number()
+    if configured is None and device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory / 5)
+    return int((1024 if configured is None else configured) * 2**20)

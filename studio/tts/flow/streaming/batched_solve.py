@@ -137,31 +137,35 @@ class EstimatorState:
             yield page, first, rows, row + self.base_length
             row += rows
 
-    def write(self, source: torch.Tensor, start: int, end: int) -> None:
-        """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows."""
+    def write(self, source: torch.Tensor, start: int, end: int, step: int | None = None) -> None:
+        """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows; with
+        `step`, `source` holds that Euler step alone (its first axis 1: the pages were reserved before)."""
         if start < self.base_length:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
-        self.reserve(end, source)
+        if step is None:
+            self.reserve(end, source)
+        steps = _steps(step)
         for index, first, rows, frame in self._spans(start, end):
             values = source[:, :, :, :, :, frame : frame + rows]
-            into = self.pages[index][:, :, :, :, :, first : first + rows]
+            into = self.pages[index][steps, :, :, :, :, first : first + rows]
             if not self.fp8:
                 into.copy_(values)
                 continue
             scale = values.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
-            self.scales[index][:, :, :, :, :, first : first + rows] = scale
+            self.scales[index][steps, :, :, :, :, first : first + rows] = scale
             into.copy_(values.float() / scale)
 
-    def copy_prefix(self, target: torch.Tensor, frames: int) -> None:
-        """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames)."""
-        shared = min(frames, self.base_length)
+    def copy_prefix(self, target: torch.Tensor, frames: int, step: int | None = None) -> None:
+        """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames); with `step`,
+        that Euler step's alone (`target`'s first axis 1)."""
+        shared, steps = min(frames, self.base_length), _steps(step)
         if shared:
-            target[:, :, :, :, :, :shared] = self.base[:, :, :, :, :, :shared]
+            target[:, :, :, :, :, :shared] = self.base[steps, :, :, :, :, :shared]
         for index, first, rows, frame in self._spans(shared, frames):
             into = target[:, :, :, :, :, frame : frame + rows]
-            into.copy_(self.pages[index][:, :, :, :, :, first : first + rows])
+            into.copy_(self.pages[index][steps, :, :, :, :, first : first + rows])
             if self.fp8:
-                into.mul_(self.scales[index][:, :, :, :, :, first : first + rows])
+                into.mul_(self.scales[index][steps, :, :, :, :, first : first + rows])
 
     def prefix(self, frames: int) -> torch.Tensor:
         """A new tensor holding frames [0, frames), in the solve's dtype."""
@@ -179,6 +183,11 @@ class EstimatorState:
         """What this take holds itself: its pages, their scales and tails (shared prompt rows not counted)."""
         held = (*self.pages, *self.scales, self.tails, self.mark_tails)
         return sum(t.nbytes for t in held if t is not None)
+
+
+def _steps(step: int | None) -> slice:
+    """The Euler steps a copy covers: all, or one (kept as an axis of 1)."""
+    return slice(None) if step is None else slice(step, step + 1)
 
 
 @dataclass

@@ -5,19 +5,20 @@ the chunk's new frames, each step attending to that take's cached keys/values. O
 few thousand tiny kernels, so it is bound by launches, not arithmetic: running the chunks of sixteen takes
 one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver` therefore
 
-- keeps each take's estimator state in one tensor (`EstimatorState`: keys/values of every transformer
-  block at every Euler step, plus the causal convolutions' left context), so moving it is one copy;
 - lets concurrent takes combine: whoever finds the solver idle runs every request queued at that moment
   as one batch (no waiting, so a lone take is never delayed), the others wait for their results;
-- copies the batch's states into a shared work arena, runs one solve over all rows with static shapes
-  (`solve_batch` in tts/flow/streaming/batched_solve.py: frames padded to a bucket and masked out, per-row
-  positions as tensors), and copies the new committed rows back;
+- copies the batch's states (`EstimatorState`, in pages) into a shared work arena (arena_copies.py), runs
+  one solve over all rows with static shapes (`solve_batch` in batched_solve.py: frames padded to a bucket
+  and masked out, per-row positions as tensors), and copies the new committed rows back;
+- when an arena of every Euler step would not fit the budget, runs the batch a step at a time through an
+  arena of one step (a tenth of the bytes), copying each step's rows in and out (`_run_stepwise`);
 - on CUDA, captures that solve once per (batch, frames) bucket as a CUDA graph and replays it; the
   graphs attend over the arena's whole context, which grows by doubling (and drops the graphs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -35,6 +36,8 @@ from studio.tts.device.cuda_graphs import (
     bucket_frames,
     capture_graph,
 )
+from studio.tts.device.vram_budget import default_arena_bytes
+from studio.tts.flow.streaming.arena_copies import copy_in, finish, reserve_pages, write_rows
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -49,7 +52,7 @@ log = logging.getLogger(__name__)
 # A batch shape runs eagerly this many times before it is captured (at its next call, or while the flow's
 # scheduler is idle): a capture cost 0.8-1.6 s on the H200 with its warm-up pass, 0.2-0.5 s without, an eager
 # solve ~0.2 s, and shapes seen once (a tail chunk's odd length) are common. At least 1: a capture then needs
-# no warm-up pass, which would write into the arena between `_copy_in` and the replay.
+# no warm-up pass, which would write into the arena between its copy-in and the replay.
 EAGER_FIRST = 1
 SOLVE_GRAPHS_KEPT = 48
 # Takes per solve: on an H200 at 64 streams, 32 gave 43.5 audio-s/s against 38.6 for 16 (docs/perf-history.md)
@@ -91,7 +94,12 @@ class _Batch:
     cap: int  # key/value rows the solve may touch
     dtype: torch.dtype
     steps: int
+    slots: int  # Euler steps the arena holds: all (one pass), or 1 (`stepwise`: a step at a time)
     oversize: bool = False  # beyond the budget alone: runs eagerly on a temporary arena
+
+    @property
+    def stepwise(self) -> bool:
+        return self.slots < self.steps
 
 
 class EstimatorSolver:
@@ -99,7 +107,8 @@ class EstimatorSolver:
 
     `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 32); the work arena's
     key/value storage is kept under `budget_bytes` (``$STUDIO_FLOW_BATCH_MB``; default a fifth of the GPU's
-    memory, 1 GB on CPU) by splitting batches; a single request larger than that runs on a temporary arena.
+    memory, 1 GB on CPU) by running a batch a step at a time, else by splitting it; a single request larger
+    than that runs on a temporary arena of one step.
     """
 
     def __init__(
@@ -129,6 +138,7 @@ class EstimatorSolver:
         self._graphs_on_cpu = capture is not capture_graph  # a stand-in capture (tests): graphs anywhere
         self.batches = 0  # solves run, and requests served (batching shows as requests > batches)
         self.requests = 0
+        self.stepwise_batches = 0  # solves run a step at a time through a one-step arena
 
     # -- the combining queue --------------------------------------------------------------------------
     def solve(self, request: SolveRequest) -> torch.Tensor:
@@ -206,8 +216,8 @@ class EstimatorSolver:
     def _run_isolated(self, batch: _Batch) -> None:
         """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error.
 
-        Only requests without a result are run again: their states were not written back (`_copy_out`
-        sets a request's result after writing its state), so running them again is safe.
+        Only requests without a result are run again: their states were not written back (`finish` sets a
+        request's result after its state), so running them again is safe.
         """
         try:
             self._run(batch)
@@ -225,17 +235,13 @@ class EstimatorSolver:
                 request.done = True
 
     def _budget(self, device: torch.device) -> int:
-        if self.budget_bytes is not None:
-            return self.budget_bytes
-        if device.type == "cuda":
-            default = torch.cuda.get_device_properties(device).total_memory / 5 / 2**20
-        else:
-            default = 1024
-        self.budget_bytes = int(_env_number(envs.FLOW_BATCH_MB, default) * 2**20)
+        if self.budget_bytes is None:
+            self.budget_bytes = default_arena_bytes(device)
         return self.budget_bytes
 
     def _plan(self, group: list[SolveRequest]) -> _Batch:
-        """The largest batch from the head of `group` whose arena fits the budget (at least one request)."""
+        """The largest batch from the head of `group` whose arena fits the budget (at least one request):
+        an arena of every Euler step (one pass) when it fits, else of one step (`stepwise`)."""
         first = group[0]
         budget = self._budget(first.mu.device)
         count = min(len(group), self.max_batch)
@@ -246,36 +252,45 @@ class EstimatorSolver:
             if self.buckets:  # shapes a captured graph can be replayed for
                 frames, rows = bucket_frames(frames), bucket_batch(count)
             needed = max(r.frame0 for r in chosen) + frames
-            cap, arena_rows = needed, rows
-            if self.buckets:
-                cap, arena_rows = self._arena_size(first, rows, needed)
-            batch = _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps)
-            batch.oversize = (
-                cap * self.layout.bytes_per_frame(first.steps, 2 * arena_rows, batch.dtype) > budget
-            )
-            if not batch.oversize or count == 1:
-                if batch.oversize:  # one request alone beyond the budget: an exact-size arena, freed after
-                    batch.rows, batch.frames, batch.cap = 1, first.frames, first.frame0 + first.frames
-                return batch
+            for slots in self._slot_choices(first):
+                cap, arena_rows = needed, rows
+                if self.buckets:
+                    cap, arena_rows = self._arena_size(first, rows, needed, slots)
+                if cap * self.layout.bytes_per_frame(slots, 2 * arena_rows, first.mu.dtype) <= budget:
+                    return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps, slots)
+            if count == 1:  # one request alone beyond the budget: an exact-size arena of a step, freed after
+                frames, cap = first.frames, first.frame0 + first.frames
+                return _Batch(chosen, 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
             count = max(1, count // 2)
 
-    def _compatible(self, request: SolveRequest) -> WorkArena | None:
+    def _slot_choices(self, request: SolveRequest) -> tuple[int, ...]:
+        """Arena step slots to try, the shared arena's kind first (a one-step arena stays one while it serves:
+        switching kinds would reallocate it and drop its graphs at every change of load)."""
+        arena = self._arena
+        if arena is not None and arena.kv.shape[0] == 1 < request.steps:
+            return (1, request.steps)
+        return (request.steps, 1)
+
+    def _compatible(self, request: SolveRequest, slots: int) -> WorkArena | None:
+        """The shared arena, if it can hold `slots` Euler steps of this request's dtype and device."""
         arena = self._arena
         if arena is None or arena.kv.device != request.mu.device:
             return None
-        if arena.kv.dtype != request.mu.dtype or arena.kv.shape[0] != request.steps:
+        if arena.kv.dtype != request.mu.dtype or arena.kv.shape[0] not in {slots, request.steps}:
+            return None
+        if arena.kv.shape[0] < slots:
             return None
         if arena.tails.dtype != _tails_dtype(request.mu):
             return None
         return arena
 
-    def _arena_size(self, request: SolveRequest, rows: int, needed: int) -> tuple[int, int]:
-        """(context frames, batch rows) of the shared arena that would serve this batch.
+    def _arena_size(self, request: SolveRequest, rows: int, needed: int, slots: int) -> tuple[int, int]:
+        """(context frames, batch rows) of the shared arena that would serve this batch with `slots` steps.
 
         Graphs attend over the arena's whole context (masked), so the context is not part of their key;
         it grows by doubling (each growth drops every captured graph), at least 512 frames.
         """
-        arena = self._compatible(request)
+        arena = self._compatible(request, slots)
         if arena is None:
             return max(512, 256 * math.ceil(needed / 256)), rows
         cap, have = arena.kv.shape[5], arena.kv.shape[3] // 2
@@ -292,14 +307,44 @@ class EstimatorSolver:
         else:
             arena = self._arena_for(batch, device)
         io = batch_inputs(self.cfm, self.layout, batch.requests, batch.rows, batch.frames, batch.cap, device)
-        self._copy_in(batch, arena)  # a capture runs no pass (EAGER_FIRST): the arena stays as copied
-        if self.graphs and (device.type == "cuda" or self._graphs_on_cpu) and not batch.oversize:
-            output = self._replay(batch, io)  # a failed capture leaves the graphs off: eager from then on
+        graphs = self.graphs and (device.type == "cuda" or self._graphs_on_cpu) and not batch.oversize
+        if batch.stepwise:
+            self._run_stepwise(batch, arena, io, graphs)
         else:
-            output = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
-        self._copy_out(batch, arena, output)
+            copy_in(
+                self.layout, batch.requests, arena
+            )  # a capture runs no pass (EAGER_FIRST): kept as copied
+            if graphs:  # a failed capture leaves the graphs off: eager from then on
+                output = self._replay(batch, io)
+            else:
+                output = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io)
+            self._copy_out(batch, arena, output)
         self.batches += 1
+        self.stepwise_batches += batch.stepwise
         self.requests += len(batch.requests)
+
+    def _run_stepwise(self, batch: _Batch, arena: WorkArena, io: SolveInputs, graphs: bool) -> torch.Tensor:
+        """The batch one Euler step at a time through an arena of one step: each step's keys/values are copied
+        in from the takes' states and the step's new rows out to them; one graph serves every step (its
+        time and size are inputs). Takes' lengths and tails change only once every step has run."""
+        x, tails = io.x0, []
+        reserve_pages(self.layout, batch.requests, batch.steps, arena.kv)
+        for step in range(batch.steps):
+            copy_in(self.layout, batch.requests, arena, step)
+            one = dataclasses.replace(io, x0=x, t=io.t[step : step + 1], dt=io.dt[step : step + 1])
+            if graphs:
+                x = self._replay(batch, one)
+            else:
+                x = solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, one)
+            tails.append(arena.tails[0].clone())
+            for b, request in enumerate(batch.requests):
+                write_rows(request, arena.kv[:, :, :, 2 * b : 2 * b + 2], step)
+        tails = torch.stack(tails)  # [steps, 2B, channels, 2 x left]
+        for b, request in enumerate(batch.requests):
+            finish(
+                self.layout, request, tails[:, 2 * b : 2 * b + 2], x[b : b + 1, :, : request.frames].clone()
+            )
+        return x
 
     def _release_shared_for(self, batch: _Batch, device: torch.device) -> None:
         """Free the shared arena (and its graphs) when it and `batch`'s own arena would not fit the budget
@@ -307,7 +352,7 @@ class EstimatorSolver:
         arena = self._arena
         if arena is None:
             return
-        own = batch.cap * self.layout.bytes_per_frame(batch.steps, 2 * batch.rows, batch.dtype)
+        own = batch.cap * self.layout.bytes_per_frame(batch.slots, 2 * batch.rows, batch.dtype)
         shared = arena.kv.numel() * arena.kv.element_size() + arena.tails.numel() * arena.tails.element_size()
         if own + shared <= self._budget(device):
             return
@@ -318,16 +363,18 @@ class EstimatorSolver:
             torch.cuda.empty_cache()
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
-        """A view of the shared arena for this batch, (re)allocated when it is too small."""
-        arena = self._compatible(batch.requests[0])
+        """A view of the shared arena for this batch (its first `slots` steps), (re)allocated when it is too
+        small."""
+        arena = self._compatible(batch.requests[0], batch.slots)
         rows = 2 * batch.rows
         if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] < batch.cap:
             rows_total = rows if arena is None else max(rows, arena.kv.shape[3])
             cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
             log.info(
-                "flow: work arena for %d CFG rows x %d context frames; %d CUDA graphs dropped",
+                "flow: work arena for %d CFG rows x %d context frames x %d Euler steps; %d CUDA graphs dropped",
                 rows_total,
                 cap,
+                batch.slots,
                 len(self._graphs),
             )
             arena = self._arena = None  # freed before the larger one is made, not beside it
@@ -335,7 +382,8 @@ class EstimatorSolver:
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
             arena = self._arena = self._allocate(batch, rows_total, cap, device)
-        return WorkArena(arena.kv[:, :, :, :rows, :, : batch.cap], arena.tails[:, :rows])
+        slots = slice(0, batch.slots)
+        return WorkArena(arena.kv[slots, :, :, :rows, :, : batch.cap], arena.tails[slots, :rows])
 
     @property
     def captures(self) -> int:
@@ -343,40 +391,19 @@ class EstimatorSolver:
         return self._graphs.captures
 
     def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
-        """A zeroed arena of `rows` CFG rows and `cap` context frames."""
-        tails = self.layout.tail_shape(batch.steps, rows)
+        """A zeroed arena of `rows` CFG rows, `cap` context frames and the batch's Euler step slots."""
+        tails = self.layout.tail_shape(batch.slots, rows)
         return WorkArena(
-            torch.zeros(self.layout.kv_shape(batch.steps, rows, cap), dtype=batch.dtype, device=device),
+            torch.zeros(self.layout.kv_shape(batch.slots, rows, cap), dtype=batch.dtype, device=device),
             torch.zeros(tails, dtype=_tails_dtype(batch.requests[0].mu), device=device),
         )
 
-    def _copy_in(self, batch: _Batch, arena: WorkArena) -> None:
-        left = self.layout.left
-        for b, request in enumerate(batch.requests):
-            state, rows = request.state, slice(2 * b, 2 * b + 2)
-            if state.length != request.frame0:
-                raise RuntimeError(
-                    f"estimator state holds {state.length} frames, the chunk starts at {request.frame0}"
-                )
-            if state.length:
-                state.copy_prefix(arena.kv[:, :, :, rows], state.length)
-            if state.tails is None:
-                arena.tails[:, rows, :, :left] = 0
-            else:
-                arena.tails[:, rows, :, :left] = state.tails
-
     def _copy_out(self, batch: _Batch, arena: WorkArena, output: torch.Tensor) -> None:
-        left = self.layout.left
+        """Each request's new rows into its take's pages, then its length, tails and result."""
         for b, request in enumerate(batch.requests):
-            state, rows = request.state, slice(2 * b, 2 * b + 2)
-            start, commit = request.frame0, request.commit
-            upto = max(commit, request.mark or 0)  # rows up to a mark are kept too (prompt cache)
-            if upto > start:
-                state.write(arena.kv[:, :, :, rows], start, upto)
-            state.length, state.written = commit, upto
-            state.tails = arena.tails[:, rows, :, :left].clone()
-            state.mark_tails = None if request.mark is None else arena.tails[:, rows, :, left:].clone()
-            request.result = output[b : b + 1, :, : request.frames].clone()
+            rows = slice(2 * b, 2 * b + 2)
+            write_rows(request, arena.kv[:, :, :, rows])
+            finish(self.layout, request, arena.tails[:, rows], output[b : b + 1, :, : request.frames].clone())
 
     def _replay(self, batch: _Batch, io: SolveInputs) -> torch.Tensor:
         """The batch solved through its shape's CUDA graph (`ShapeGraphs`: eager until the shape recurs)."""
@@ -384,15 +411,15 @@ class EstimatorSolver:
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
         autocast = torch.is_autocast_enabled("cuda")
         autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
-        key = (batch.rows, batch.frames, batch.cap, batch.dtype, batch.steps, autocast_dtype)
+        key = (batch.rows, batch.frames, batch.cap, batch.dtype, io.t.shape[0], autocast_dtype)
         inputs = tuple(getattr(io, name) for name in SolveInputs.__dataclass_fields__)
         return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
 
     def _solve_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_batch` over the shared arena's view for these inputs' rows and context (what graphs run)."""
         io = SolveInputs(*inputs)
-        rows, cap = 2 * io.x0.shape[0], io.bias.shape[-1]
-        arena = WorkArena(self._arena.kv[:, :, :, :rows, :, :cap], self._arena.tails[:, :rows])
+        rows, cap, slots = 2 * io.x0.shape[0], io.bias.shape[-1], slice(0, io.t.shape[0])
+        arena = WorkArena(self._arena.kv[slots, :, :, :rows, :, :cap], self._arena.tails[slots, :rows])
         return (solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io),)
 
 
@@ -415,8 +442,7 @@ def solver_for(cfm: nn.Module) -> EstimatorSolver:
 
 
 def solver_stats(flow: nn.Module) -> dict[str, int]:
-    """Counters of the flow's solver (batches, requests, captures); zeros before its first use."""
+    """Counters of the flow's solver (batches, requests, captures, stepwise batches); zeros before first use."""
     solver = getattr(getattr(flow, "decoder", None), "_solver", None)
-    if solver is None:
-        return {"batches": 0, "requests": 0, "captures": 0}
-    return {"batches": solver.batches, "requests": solver.requests, "captures": solver.captures}
+    names = ("batches", "requests", "captures", "stepwise_batches")
+    return {name: 0 if solver is None else getattr(solver, name) for name in names}
