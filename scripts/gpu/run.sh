@@ -9,6 +9,8 @@
 #                audio against the takes' own threads (benchmarks/probes/*_check.py)
 #   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload24 alone)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
+#   share24      the 24 GiB level with float8 states and a fifth of the rest for the flow's arena
+#                (STUDIO_FLOW_ARENA_SHARE=0.2: batches beyond it run a step at a time)
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
@@ -30,7 +32,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick quick-ab workload workload24 fp8 long http http24 tokens100 tokens100-24 starts trace llm cv3"
+steps="install gputests checks quick quick-ab workload workload24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -75,6 +77,12 @@ fp8() {  # the takes' flow state in float8: the 24 GiB level with it, and its er
     --json "$out/h200_flow-state-fp8.json" >"$out/fp8-probe.log" 2>&1
   echo "== fp8 probe: rc $?"
   tail -9 "$out/fp8-probe.log" | cut -c1-200
+}
+
+share24() {  # the 24 GiB level with a fifth of the rest for the flow's arena (its batches then run a step at a
+  # time when an arena of every step would not fit) and the takes' states in float8: more takes fit at once
+  STUDIO_FLOW_ARENA_SHARE=0.2 STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-share02-fp8 200 \
+    --workload sentences --concurrency 16 --takes 64 --vram-budget 24
 }
 
 long() {
@@ -245,7 +253,7 @@ for step in "$@"; do
     cv3-bench) cv3_bench ;;
     cv3-probes) cv3_probes ;;
     quick-ab) quick_ab ;;
-    install | gputests | checks | quick | workload | workload24 | fp8 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
