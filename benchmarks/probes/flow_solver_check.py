@@ -2,7 +2,9 @@
 
 For float32 and float16 weights: (1) streams rendered through the CUDA-graph solver equal the eager solver
 (same chunks, solved one take at a time, exact shapes); (2) the time per streamed chunk when 1, 4 or 16 takes
-render concurrently (they batch), graphs against eager, after a warm-up round. Prompts are 3 s (75 tokens),
+render concurrently (they batch), graphs against eager, after a warm-up round. `graphs-stepwise` is the graph
+solver on an arena budget of one Euler step for 16 takes at 512 frames: batches of more than one take run a step
+at a time (`EstimatorSolver._run_stepwise`); its check runs one take a step at a time. Prompts are 3 s (75 tokens),
 taken from a warmed prompt cache as in the studio; each take renders 4 chunks of 25 tokens plus its end.
 
 Usage: python benchmarks/probes/flow_solver_check.py --model /tmp/full [--json out.json]
@@ -120,20 +122,23 @@ def main() -> int:
             "graphs": EstimatorSolver(flow.decoder, graphs=True),
             "eager-buckets": EstimatorSolver(flow.decoder, graphs=False),
             "eager": EstimatorSolver(flow.decoder, graphs=False),
+            "graphs-stepwise": EstimatorSolver(flow.decoder, graphs=True),
         }
         solvers["eager-buckets"].buckets = True
+        one_step = 512 * solvers["graphs"].layout.bytes_per_frame(1, 2, dtype)  # a take's step at 512 frames
+        solvers["graphs-stepwise"].budget_bytes = 4 * one_step  # the check: one take, a step at a time
         mels = {}
         for name, solver in solvers.items():
             use(flow, solver)
             mels[name] = []
             take(flow, inputs, 7, cache, out=mels[name])
-        error = relative(mels["graphs"], mels["eager-buckets"])
         limit = 1e-5 if dtype == torch.float32 else 1e-3
-        ok = error < limit
-        failed |= not ok
-        print(
-            f"{'PASS' if ok else 'FAIL'} {dtype}: graph replay vs the same shapes eagerly, error {error:.2e}"
-        )
+        for name in ("graphs", "graphs-stepwise"):
+            error = relative(mels[name], mels["eager-buckets"])
+            ok = error < limit
+            failed |= not ok
+            print(f"{'PASS' if ok else 'FAIL'} {dtype}: {name} vs the same shapes eagerly, error {error:.2e}")
+        solvers["graphs-stepwise"].budget_bytes = 16 * one_step  # timed: 16 takes' steps
         print(
             f"info {dtype}: padded vs exact shapes (kernel choice, TF32 convs), error "
             f"{relative(mels['eager-buckets'], mels['eager']):.2e}",
@@ -143,7 +148,7 @@ def main() -> int:
             solver = use(flow, solvers[name])
             for streams in [int(s) for s in args.streams.split(",")]:
                 concurrent(flow, inputs, streams, cache)  # warm-up: captures this level's graphs
-                solver.batches = solver.requests = 0
+                solver.batches = solver.requests = solver.stepwise_batches = 0
                 captures = solver.captures
                 wall = concurrent(flow, inputs, streams, cache)
                 chunks = streams * len(calls())
@@ -156,6 +161,7 @@ def main() -> int:
                     "audio_s_per_s_flow_only": round(streams * TAKE_TOKENS / 25 / wall, 2),
                     "mean_batch": round(solver.requests / max(1, solver.batches), 2),
                     "captures_while_timed": solver.captures - captures,
+                    "stepwise_batches": solver.stepwise_batches,
                 }
                 report["runs"].append(row)
                 print(json.dumps(row), flush=True)
