@@ -88,6 +88,31 @@ def test_cached_prompt_streams_equal_uncached(modules, prompt_tokens, n_tokens, 
     assert len(cache) == (1 if cached else 0)
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_cached_prompt_takes_solved_a_step_at_a_time(modules, monkeypatch, fp8):  # noqa: F811
+    """A solver whose budget holds one Euler step of a take's arena but not every step runs each chunk a step
+    at a time: the take that fills the prompt cache (its rows and tails at the mark kept), the one that starts
+    from it (shared rows read a step at a time) and a plain one equal the same takes on the default solver."""
+    from studio.tts.flow.streaming.solver import EstimatorSolver
+
+    if fp8:
+        monkeypatch.setenv("STUDIO_FLOW_STATE_FP8", "1")
+    flow, hift = modules
+    inputs, tokens = prompt(53), speech_tokens(70, seed=6)
+    expected = run(flow, hift, inputs, tokens, cache=False)
+    solver = EstimatorSolver(flow.decoder, graphs=False)
+    solver.budget_bytes = 250 * solver.layout.bytes_per_frame(2, 2, torch.float32)  # 500 frames of one step
+    assert 60 * solver.layout.bytes_per_frame(10, 2, torch.float32) > solver.budget_bytes  # every step: 50
+    flow.decoder._solver, cache = solver, PromptFlowCache(LOTS)
+    try:
+        takes = [run(flow, hift, inputs, tokens, cache=use) for use in (cache, cache, False)]
+    finally:
+        flow.decoder._solver = None
+    assert solver.stepwise_batches == solver.batches > 0 and cache.stats()["hits"] == 1
+    for take in takes:
+        assert_same(take, expected)  # float8 pages hold the same values a step at a time
+
+
 def test_second_take_hits_and_skips_the_prompt_frames(modules):  # noqa: F811
     flow, _ = modules
     inputs, tokens = prompt(53), speech_tokens(40)
