@@ -311,9 +311,8 @@ class EstimatorSolver:
         if batch.stepwise:
             self._run_stepwise(batch, arena, io, graphs)
         else:
-            copy_in(
-                self.layout, batch.requests, arena
-            )  # a capture runs no pass (EAGER_FIRST): kept as copied
+            # a capture runs no pass (EAGER_FIRST): the arena stays as copied until the replay
+            copy_in(self.layout, batch.requests, arena)
             if graphs:  # a failed capture leaves the graphs off: eager from then on
                 output = self._replay(batch, io)
             else:
@@ -323,7 +322,7 @@ class EstimatorSolver:
         self.stepwise_batches += batch.stepwise
         self.requests += len(batch.requests)
 
-    def _run_stepwise(self, batch: _Batch, arena: WorkArena, io: SolveInputs, graphs: bool) -> torch.Tensor:
+    def _run_stepwise(self, batch: _Batch, arena: WorkArena, io: SolveInputs, graphs: bool) -> None:
         """The batch one Euler step at a time through an arena of one step: each step's keys/values are copied
         in from the takes' states and the step's new rows out to them; one graph serves every step (its
         time and size are inputs). Takes' lengths and tails change only once every step has run."""
@@ -341,10 +340,8 @@ class EstimatorSolver:
                 write_rows(request, arena.kv[:, :, :, 2 * b : 2 * b + 2], step)
         tails = torch.stack(tails)  # [steps, 2B, channels, 2 x left]
         for b, request in enumerate(batch.requests):
-            finish(
-                self.layout, request, tails[:, 2 * b : 2 * b + 2], x[b : b + 1, :, : request.frames].clone()
-            )
-        return x
+            result = x[b : b + 1, :, : request.frames].clone()
+            finish(self.layout, request, tails[:, 2 * b : 2 * b + 2], result)
 
     def _release_shared_for(self, batch: _Batch, device: torch.device) -> None:
         """Free the shared arena (and its graphs) when it and `batch`'s own arena would not fit the budget
