@@ -17,13 +17,16 @@ takes' calls (`FramePlan`s) runs the way CosyVoice2's batched solve does (tts/fl
   copied back into each take's state, which then stands exactly as after `solve_plans`.
 
 The arena grows (context by doubling from 512 frames, rows to the largest batch; growth drops its graphs)
-within a byte budget (``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena): a
-batch beyond it is split, and a call too large for it alone runs eagerly (`solve_plans`), which needs no
-arena. Off CUDA the solver runs the same static solve without graphs (what the tests compare).
+within a byte budget (``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena). A
+batch whose arena of every Euler step would not fit runs a step at a time through an arena of one step (a
+tenth of the bytes; one graph, with the step's modulations as inputs, serves every step); beyond that it is
+split, and a call too large for it alone runs eagerly (`solve_plans`), which needs no arena. Off CUDA the
+solver runs the same static solve without graphs (what the tests compare).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -131,6 +134,8 @@ class _Batch:
     frames: int  # frames per take, padded
     cap: int  # context frames of the arena the solve reads
     arena_rows: int  # CFG rows of that arena (at least 2 x rows: it may be kept from a larger batch)
+    steps: int  # Euler steps of the solve
+    slots: int  # Euler steps the arena holds: all (one pass), or 1 (a step at a time)
 
 
 class DiTGraphSolver:
@@ -161,7 +166,7 @@ class DiTGraphSolver:
         self._heads, self._dim_head = blocks[0].attn.heads, blocks[0].attn.dim_head
         self._width = self.estimator.proj_out.in_features
         self._kernel = self.estimator.input_embed.conv_pos_embed.kernel_size
-        self.batches = self.requests = self.eager_calls = 0
+        self.batches = self.requests = self.eager_calls = self.stepwise_batches = 0
 
     @property
     def captures(self) -> int:
@@ -198,53 +203,62 @@ class DiTGraphSolver:
         return self.budget_bytes
 
     def arena_bytes(self, rows: int, cap: int, steps: int, dtype: torch.dtype) -> int:
-        """Bytes of an arena of `rows` CFG rows and `cap` context frames."""
+        """Bytes of an arena of `rows` CFG rows, `cap` context frames and `steps` Euler step slots."""
         element = torch.empty((), dtype=dtype).element_size()
         kv = steps * len(self.estimator.transformer_blocks) * 2 * rows * self._heads * cap * self._dim_head
         left = steps * 2 * rows * self._width * (self._kernel - 1)
         return (kv + left) * element
 
     def _plan(self, plans: list[FramePlan]) -> _Batch | None:
-        """The largest batch from the head of `plans` whose arena fits the budget; None when not even the first
-        plan's does."""
+        """The largest batch from the head of `plans` whose arena fits the budget, of every Euler step (one
+        pass) or else of one (a step at a time, a tenth of the bytes); None when not even the first plan's
+        does. An arena of one step is tried first while the shared arena is one (no reallocation at each
+        change of load)."""
         first = plans[0]
         steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
         budget = self._budget(device)
+        one_step = self._arena is not None and self._arena.kv.shape[0] == 1 < steps
         count = len(plans)
         while count:
             chosen = plans[:count]
             rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
             needed = max(plan.start for plan in chosen) + frames
-            arena = self._compatible(steps, dtype, device)
             grown_cap = max(MIN_CONTEXT, 256 * math.ceil(needed / 256))
-            if arena is not None:
-                have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
-                cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
-                arena_rows = max(2 * rows, have_rows)
-                if self.arena_bytes(arena_rows, cap, steps, dtype) <= budget:
-                    return _Batch(chosen, rows, frames, cap, arena_rows)
-            if self.arena_bytes(2 * rows, grown_cap, steps, dtype) <= budget:  # a new arena, just this size
-                return _Batch(chosen, rows, frames, grown_cap, 2 * rows)
+            for slots in (1, steps) if one_step else (steps, 1):
+                shape = (chosen, rows, frames)
+                arena = self._compatible(steps, slots, dtype, device)
+                if arena is not None:
+                    have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
+                    cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
+                    arena_rows = max(2 * rows, have_rows)
+                    if self.arena_bytes(arena_rows, cap, slots, dtype) <= budget:
+                        return _Batch(*shape, cap, arena_rows, steps, slots)
+                if self.arena_bytes(2 * rows, grown_cap, slots, dtype) <= budget:  # a new arena, this size
+                    return _Batch(*shape, grown_cap, 2 * rows, steps, slots)
             count //= 2
         return None
 
-    def _compatible(self, steps: int, dtype: torch.dtype, device: torch.device) -> DiTArena | None:
+    def _compatible(
+        self, steps: int, slots: int, dtype: torch.dtype, device: torch.device
+    ) -> DiTArena | None:
+        """The shared arena, if it holds `slots` Euler steps (an arena of every step holds one too)."""
         arena = self._arena
-        if (
-            arena is None
-            or arena.kv.device != device
-            or arena.kv.dtype != dtype
-            or arena.kv.shape[0] != steps
-        ):
+        if arena is None or arena.kv.device != device or arena.kv.dtype != dtype:
             return None
-        return arena
+        return arena if arena.kv.shape[0] in {slots, steps} and arena.kv.shape[0] >= slots else None
 
-    def _arena_for(self, batch: _Batch, steps: int, dtype: torch.dtype, device: torch.device) -> DiTArena:
-        """The shared arena's view for the batch, made anew (graphs dropped) when it is too small or unlike."""
-        rows, total = 2 * batch.rows, batch.arena_rows
-        arena = self._compatible(steps, dtype, device)
+    def _arena_for(self, batch: _Batch, dtype: torch.dtype, device: torch.device) -> DiTArena:
+        """The shared arena's view for the batch (its first `slots` steps), made anew (graphs dropped) when it
+        is too small or unlike."""
+        rows, total, steps = 2 * batch.rows, batch.arena_rows, batch.slots
+        arena = self._compatible(batch.steps, steps, dtype, device)
         if arena is None or arena.kv.shape[3] != total or arena.kv.shape[5] != batch.cap:
-            log.info("CosyVoice3 flow: work arena for %d CFG rows x %d frames", total, batch.cap)
+            log.info(
+                "CosyVoice3 flow: work arena for %d CFG rows x %d frames x %d Euler steps",
+                total,
+                batch.cap,
+                steps,
+            )
             self._arena = None  # freed before the new one is made, not beside it
             self._graphs.drop()
             if device.type == "cuda":
@@ -264,37 +278,70 @@ class DiTGraphSolver:
                 ),
                 torch.zeros(steps, 2, total, self._width, self._kernel - 1, dtype=dtype, device=device),
             )
-        return DiTArena(arena.kv[:, :, :, :rows], arena.left[:, :, :rows])
+        slots = slice(0, steps)
+        return DiTArena(arena.kv[slots, :, :, :rows], arena.left[slots, :, :rows])
 
     def _run(self, batch: _Batch) -> list[torch.Tensor]:
         first = batch.plans[0]
-        steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
-        arena = self._arena_for(batch, steps, dtype, device)
+        dtype, device = first.x.dtype, first.x.device
+        arena = self._arena_for(batch, dtype, device)
         io = self._inputs(batch, device)
-        for row, plan in enumerate(batch.plans):  # the kept frames in, as each state holds them
-            state, rows = plan.state, slice(CFG_ROWS * row, CFG_ROWS * (row + 1))
-            arena.kv[:, :, 0, rows, :, : plan.start] = state.keys[:, :, :, :, : plan.start]
-            arena.kv[:, :, 1, rows, :, : plan.start] = state.values[:, :, :, :, : plan.start]
-            arena.left[:, :, rows] = state.position_left
-        if self.graphs and (device.type == "cuda" or self._graphs_anywhere):
-            output = self._replay(batch, io, dtype, steps)
-        else:
-            output = solve_static(self.estimator, self._rate, arena, io)
-        results = []
-        for row, plan in enumerate(batch.plans):  # the new frames out: the state as `solve_plans` leaves it
-            state, rows = plan.state, slice(CFG_ROWS * row, CFG_ROWS * (row + 1))
-            state.keys[:, :, :, :, plan.start : plan.frames] = arena.kv[
-                :, :, 0, rows, :, plan.start : plan.frames
-            ]
-            state.values[:, :, :, :, plan.start : plan.frames] = arena.kv[
-                :, :, 1, rows, :, plan.start : plan.frames
-            ]
-            state.position_left.copy_(arena.left[:, :, rows])
-            state.kept = plan.kept
-            results.append(output[row : row + 1, : plan.count].transpose(1, 2))
+        graphs = self.graphs and (device.type == "cuda" or self._graphs_anywhere)
+        if batch.slots == batch.steps:
+            self._copy_in(batch, arena, slice(None))
+            output = (
+                self._replay(batch, io, dtype)
+                if graphs
+                else solve_static(self.estimator, self._rate, arena, io)
+            )
+            self._copy_out(batch, arena, slice(None))
+        else:  # a step at a time: the step's keys/values in, its solve (one graph for every step), its rows out
+            output = io.x
+            for step in range(batch.steps):
+                steps = slice(step, step + 1)
+                self._copy_in(batch, arena, steps)
+                one = dataclasses.replace(
+                    io,
+                    x=output,
+                    block_modulation=io.block_modulation[steps],
+                    final_modulation=io.final_modulation[steps],
+                    step_sizes=io.step_sizes[steps],
+                )
+                output = (
+                    self._replay(batch, one, dtype)
+                    if graphs
+                    else solve_static(self.estimator, self._rate, arena, one)
+                )
+                self._copy_out(batch, arena, steps)
+            self.stepwise_batches += 1
+        for plan in batch.plans:
+            plan.state.kept = plan.kept
         self.batches += 1
         self.requests += len(batch.plans)
-        return results
+        return [output[row : row + 1, : plan.count].transpose(1, 2) for row, plan in enumerate(batch.plans)]
+
+    @staticmethod
+    def _copy_in(batch: _Batch, arena: DiTArena, steps: slice) -> None:
+        """Each take's kept keys/values and position-convolution inputs of these Euler steps into its rows."""
+        for row, plan in enumerate(batch.plans):
+            state, rows, kept = plan.state, slice(CFG_ROWS * row, CFG_ROWS * (row + 1)), plan.start
+            arena.kv[:, :, 0, rows, :, :kept] = state.keys[steps, :, :, :, :kept]
+            arena.kv[:, :, 1, rows, :, :kept] = state.values[steps, :, :, :, :kept]
+            arena.left[:, :, rows] = state.position_left[steps]
+
+    @staticmethod
+    def _copy_out(batch: _Batch, arena: DiTArena, steps: slice) -> None:
+        """Each take's new frames' keys/values and its position-convolution inputs of these Euler steps back
+        into its state, as `solve_plans` leaves them."""
+        for row, plan in enumerate(batch.plans):
+            state, rows, new = (
+                plan.state,
+                slice(CFG_ROWS * row, CFG_ROWS * (row + 1)),
+                slice(plan.start, plan.frames),
+            )
+            state.keys[steps, :, :, :, new] = arena.kv[:, :, 0, rows, :, new]
+            state.values[steps, :, :, :, new] = arena.kv[:, :, 1, rows, :, new]
+            state.position_left[steps] = arena.left[:, :, rows]
 
     def _inputs(self, batch: _Batch, device: torch.device) -> DiTSolveInputs:
         first, rows, frames = batch.plans[0], 2 * batch.rows, batch.frames
@@ -328,20 +375,20 @@ class DiTGraphSolver:
             state.step_sizes,
         )
 
-    def _replay(self, batch: _Batch, io: DiTSolveInputs, dtype: torch.dtype, steps: int) -> torch.Tensor:
+    def _replay(self, batch: _Batch, io: DiTSolveInputs, dtype: torch.dtype) -> torch.Tensor:
         weights = self.estimator.proj_out.weight
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
         autocast = torch.is_autocast_enabled("cuda")
         autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
-        key = (batch.rows, batch.frames, batch.cap, dtype, steps, autocast_dtype)
+        key = (batch.rows, batch.frames, batch.cap, dtype, io.step_sizes.shape[0], autocast_dtype)
         inputs = tuple(getattr(io, name) for name in DiTSolveInputs.__dataclass_fields__)
         return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
 
     def _run_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_static` over the shared arena's rows for these inputs (what a graph captures)."""
         io = DiTSolveInputs(*inputs)
-        rows = io.conditions.shape[0]
-        arena = DiTArena(self._arena.kv[:, :, :, :rows], self._arena.left[:, :, :rows])
+        rows, slots = io.conditions.shape[0], slice(0, io.step_sizes.shape[0])
+        arena = DiTArena(self._arena.kv[slots, :, :, :rows], self._arena.left[slots, :, :rows])
         return (solve_static(self.estimator, self._rate, arena, io),)
 
 
@@ -364,7 +411,8 @@ def dit_flow_stats(flow: nn.Module) -> dict[str, int]:
     """CosyVoice3's flow counters under CosyVoice2's names (`solver_stats`, `scheduler_stats`): solves run
     (`batches`) and calls served (`requests`), by the graphed solver when attached, else by the scheduler's
     batches; CUDA graphs captured (`captures`; `idle_captures` by the idle scheduler), calls solved eagerly
-    for want of arena (`eager_calls`), and the scheduler's `ticks` (batches) and `jobs` (calls)."""
+    for want of arena (`eager_calls`), solves run a step at a time (`stepwise_batches`), and the scheduler's
+    batches and calls (`dit_batches`, `dit_calls`)."""
     solver = getattr(flow.decoder, "dit_solver", None)
     scheduler = getattr(flow, "_dit_flow_scheduler", None)
     ticks, jobs = (0, 0) if scheduler is None else (scheduler.batches, scheduler.calls)
@@ -373,6 +421,7 @@ def dit_flow_stats(flow: nn.Module) -> dict[str, int]:
         "requests": jobs if solver is None else solver.requests,
         "captures": 0 if solver is None else solver.captures,
         "eager_calls": 0 if solver is None else solver.eager_calls,
+        "stepwise_batches": 0 if solver is None else solver.stepwise_batches,
         "idle_captures": 0 if scheduler is None else scheduler.idle_captures,
         "dit_batches": ticks,
         "dit_calls": jobs,

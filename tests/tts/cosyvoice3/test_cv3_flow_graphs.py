@@ -136,20 +136,26 @@ def test_the_arena_grows_for_a_long_take(flow):
     assert solver._arena.kv.shape[5] == 2 * MIN_CONTEXT
 
 
+def arena_within(solver, budget: int) -> bool:
+    kv = solver._arena.kv
+    return solver.arena_bytes(kv.shape[3], kv.shape[5], kv.shape[0], kv.dtype) <= budget
+
+
 @torch.inference_mode()
 def test_the_budget_splits_batches_and_runs_an_oversized_call_alone(flow):
+    """A budget of one Euler step for two takes: four takes run as two batches, each a step at a time; a take
+    whose context outgrows even that alone is solved eagerly in its own buffers."""
     probe = attach_dit_graphs(copy.deepcopy(flow), graphs=False)
-    one_take = probe.arena_bytes(2, MIN_CONTEXT, 10, torch.float32)
-    graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=2 * one_take)
+    budget = probe.arena_bytes(4, MIN_CONTEXT, 1, torch.float32)
+    graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=budget)
     takes = [Take(graphed, flow, 20, 100, seed=s) for s in (80, 81, 82, 83)]
     run_round(takes)
-    assert solver.batches == 2 and solver.requests == 4  # two takes per arena
+    assert solver.batches == solver.stepwise_batches == 2 and solver.requests == 4  # two takes per arena
     long = Take(graphed, flow, 50, 500, seed=84)  # 1,100 frames: beyond the budget even alone
     takes = [long, *takes]
     while takes := [take for take in takes if take.running]:
         run_round(takes)
-        arena = solver._arena.kv
-        assert solver.arena_bytes(arena.shape[3], arena.shape[5], 10, arena.dtype) <= 2 * one_take
+        assert arena_within(solver, budget)
     assert solver.eager_calls >= 1 and solver.batches > 2
 
 
@@ -166,9 +172,8 @@ def test_a_long_take_beside_a_wide_arena_keeps_within_the_budget(flow):
     shapes = set()
     while takes := [take for take in takes if take.running]:
         run_round(takes)
-        arena = solver._arena.kv
-        shapes.add((arena.shape[3], arena.shape[5]))
-        assert solver.arena_bytes(arena.shape[3], arena.shape[5], 10, arena.dtype) <= budget
+        shapes.add((solver._arena.kv.shape[3], solver._arena.kv.shape[5]))
+        assert arena_within(solver, budget)
     assert shapes == {(8, MIN_CONTEXT), (2, 768)} and solver.eager_calls == 0
 
 
@@ -219,3 +224,23 @@ def test_the_loaders_cuda_graphs_give_a_cosyvoice3_flow_its_graphed_solve(flow):
     assert getattr(graphed.decoder, "graphs", None) is None  # CosyVoice2's estimator graphs: not a DiT's
     attach_cuda_graphs(graphed, None, enabled=False)
     assert graphed.decoder.dit_solver is None
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@torch.inference_mode()
+def test_batches_beyond_an_arena_of_every_step_run_a_step_at_a_time(flow, graphs):
+    """A budget of one Euler step for four takes but not of every step for one: every batch runs a step at a
+    time through a one-step arena (one graph for every step with the stand-in capture), equal to each take."""
+    probe = attach_dit_graphs(copy.deepcopy(flow), graphs=False)
+    budget = probe.arena_bytes(8, MIN_CONTEXT, 1, torch.float32)
+    assert probe.arena_bytes(2, MIN_CONTEXT, 10, torch.float32) > budget
+    if graphs:
+        graphed, solver = replaying_graphs(flow, budget_bytes=budget)
+    else:
+        graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=budget)
+    caches = (DiTPromptCache(2**40), DiTPromptCache(2**40))
+    takes = [Take(graphed, flow, 30 + 7 * s, 150, seed=s, caches=caches) for s in range(3)]
+    run_to_the_end(takes)
+    assert solver.stepwise_batches == solver.batches > 0 and solver.eager_calls == 0
+    assert solver._arena.kv.shape[0] == 1
+    assert solver.captures >= (1 if graphs else 0)
