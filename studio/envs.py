@@ -175,7 +175,10 @@ RAS_GRAPHS = _define(
     speed=True,
 )
 CUDA_GRAPHS = _define(
-    "STUDIO_CUDA_GRAPHS", "1", "replay the flow estimator and HiFT as CUDA graphs (0: eager)", speed=True
+    "STUDIO_CUDA_GRAPHS",
+    "1",
+    "replay the flow estimator (CosyVoice3: its streamed solve) and HiFT as CUDA graphs (0: eager)",
+    speed=True,
 )
 ENCODER_GRAPHS = _define(
     "STUDIO_FLOW_ENCODER_GRAPHS",
