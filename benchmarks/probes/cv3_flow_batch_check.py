@@ -1,7 +1,7 @@
 """CosyVoice3's streamed flow for N takes at once: `mel_many` (batched) against each take's own `mel`.
 
-Builds a CosyVoice3 flow with random weights (tiny: 2 DiT blocks of 64; mid: 4 of 1024; full:
-cosyvoice3.yaml's 22 of 1024), gives N takes distinct voices (prompts of --prompt-tokens), and measures:
+Builds a CosyVoice3 flow with random weights (tiny: 2 DiT blocks of 64; narrow: 22 of 64; mid: 4 of 1024;
+full: cosyvoice3.yaml's 22 of 1024), gives N takes distinct voices (prompts of --prompt-tokens), and measures:
 
 - first hop: every take's first call (the prompt's chunks plus upstream's first hop), one by one without a
   prompt cache, batched without one, and batched from a warm per-voice prompt cache;
@@ -41,6 +41,10 @@ from studio.tts.flow.cfm import CausalConditionalCFM
 
 SIZES = {  # DiT shape and lookahead width
     "tiny": ({"dim": 64, "depth": 2, "heads": 2, "dim_head": 32}, 64),
+    "narrow": (
+        {"dim": 64, "depth": 22, "heads": 2, "dim_head": 32},
+        64,
+    ),  # the official depth: operation counts
     "mid": ({"dim": 1024, "depth": 4, "heads": 16, "dim_head": 64}, 1024),
     "full": ({"dim": 1024, "depth": 22, "heads": 16, "dim_head": 64}, 1024),
 }
