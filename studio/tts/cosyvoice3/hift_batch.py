@@ -14,6 +14,11 @@ its own window. Right padding changes nothing a take keeps, because:
   (it reflects the window's last samples) and the inverse STFT (its overlap-add window sum ends there).
 
 So each take's samples equal its own `push` up to float rounding (other kernels for another batch size).
+
+On CUDA the network (`HiFTGenerator.spectrum`, about 940 of a push's ~1,040 operations) is replayed as CUDA
+graphs (`SpectrumGraphs`, attached by the loader as `hift.spectrum_graphs`): the windows are right-padded
+further, to a frame bucket (32 frames up to 256), and the takes to a batch bucket, which the same argument
+makes exact; a shape runs eagerly once and is captured when it recurs (or while the flow's scheduler idles).
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ import torch.nn.functional as F
 
 from studio.tts.cosyvoice3.hift import CausalHiFTGenerator
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
+from studio.tts.device.cuda_graphs import (
+    ShapeGraphs,
+    autocast_context,
+    bucket_batch,
+    bucket_frames,
+    capture_graph,
+)
+
+SPECTRUM_GRAPHS_KEPT = 32
 
 
 class HiftPush(NamedTuple):
@@ -49,9 +63,56 @@ def decode_many(
     mels [1, 80, W_i], sources [1, 1, W_i * upsample_scale] -> waveforms [1, W_i * upsample_scale]."""
     stfts = [hift._stft(source.squeeze(1)) for source in sources]
     frames = [stft.shape[2] for stft in stfts]
-    batch = _right_padded(mels).to(hift.conv_pre.bias.dtype)
-    spectra = hift.spectrum(batch, _right_padded(stfts))
+    graphs = getattr(hift, "spectrum_graphs", None)
+    if graphs is not None and (mels[0].is_cuda or graphs.anywhere):
+        spectra = graphs(mels, stfts)
+    else:
+        spectra = hift.spectrum(_right_padded(mels).to(hift.conv_pre.bias.dtype), _right_padded(stfts))
     return [hift.waveform(spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
+
+
+class SpectrumGraphs:
+    """`hift.spectrum` over takes' windows, padded to a (batch, frames) bucket and replayed as CUDA graphs.
+
+    `capture` is `capture_graph`'s signature: a stand-in (tests) runs the graph path off CUDA too."""
+
+    def __init__(self, hift: CausalHiFTGenerator, capture=capture_graph):
+        self.hift = hift
+        self.stft_rate = hift.upsample_scale // hift.hop_len  # STFT frames per mel frame
+        self._graphs = ShapeGraphs(
+            "CosyVoice3 HiFT", self._run, SPECTRUM_GRAPHS_KEPT, eager_first=1, capture=capture
+        )
+        self.anywhere = capture is not capture_graph
+
+    @property
+    def captures(self) -> int:
+        return self._graphs.captures
+
+    def __call__(self, mels: Sequence[torch.Tensor], stfts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """mels [1, 80, W_i], their sources' STFTs [1, n_fft + 2, W_i * stft_rate + 1] -> the network's
+        output [rows, n_fft + 2, frames * stft_rate + 1] (a take's row: its STFT's frames, then padding)."""
+        hift, rows = self.hift, bucket_batch(len(mels))
+        frames = bucket_frames(max(mel.shape[2] for mel in mels))
+        mel = mels[0].new_zeros(rows, mels[0].shape[1], frames, dtype=hift.conv_pre.bias.dtype)
+        stft = stfts[0].new_zeros(rows, stfts[0].shape[1], frames * self.stft_rate + 1)
+        for row, (window, spectrum) in enumerate(zip(mels, stfts, strict=True)):
+            mel[row, :, : window.shape[2]] = window[0]
+            stft[row, :, : spectrum.shape[2]] = spectrum[0]
+        weights = hift.conv_pre.bias
+        autocast = torch.is_autocast_enabled("cuda")
+        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
+        key = (rows, frames, mel.dtype, stft.dtype, autocast_dtype)
+        fingerprint = (weights.data_ptr(), weights.dtype)
+        return self._graphs(key, fingerprint, (mel, stft), lambda: autocast_context(autocast_dtype))[0]
+
+    def _run(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+        return (self.hift.spectrum(*inputs),)
+
+
+def attach_hift_graphs(hift: CausalHiFTGenerator, enabled: bool = True, **options) -> SpectrumGraphs | None:
+    """Replay the causal HiFT's batched network as CUDA graphs (`SpectrumGraphs`), or stop (``enabled`` False)."""
+    hift.spectrum_graphs = SpectrumGraphs(hift, **options) if enabled else None
+    return hift.spectrum_graphs
 
 
 @torch.inference_mode()

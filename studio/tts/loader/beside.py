@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from studio import envs
-from studio.model_layout import COSYVOICE2, SPK2INFO_FILE, family_of
+from studio.model_layout import SPK2INFO_FILE, family_of
 from studio.tts.device.fork_gate import ForkGate
 from studio.tts.loader.folder import check_folder, load_spk2info, read_folder_config
 from studio.tts.loader.parts import (
@@ -88,11 +88,10 @@ def load_model_folder_beside(
                 llm.half()
                 flow.half()
             if device.type == "cuda" and envs.CUDA_GRAPHS.enabled():
-                # The estimator (~1,300 small kernels per Euler step for CosyVoice2's U-Net, ~5,500 per
-                # chunk for CosyVoice3's DiT) and HiFT are launch-bound on a GPU: replaying captured graphs
-                # makes them several times faster with identical output. CosyVoice3's causal HiFT runs
-                # eagerly (batched across takes).
-                attach_cuda_graphs(flow, hift if family == COSYVOICE2 else None)  # STUDIO_CUDA_GRAPHS=0: off
+                # The estimator (~1,300 small kernels per Euler step for CosyVoice2's U-Net, ~18,000 per
+                # streamed call for CosyVoice3's DiT) and HiFT are launch-bound on a GPU: replaying captured
+                # graphs makes them several times faster with identical output.
+                attach_cuda_graphs(flow, hift)  # STUDIO_CUDA_GRAPHS=0 opts out
             loaded["parts"] = ModelParts(
                 model_dir=model_dir,
                 config=config,

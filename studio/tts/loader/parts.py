@@ -138,12 +138,15 @@ def attach_cuda_graphs(
     flow: torch.nn.Module | None, hift: torch.nn.Module | None, enabled: bool = True
 ) -> None:
     """Replay the flow's estimator, its streaming encoder and HiFT as CUDA graphs on CUDA inputs (or stop, with ``enabled=False``);
-    for CosyVoice3's flow, its streamed solve (`DiTGraphSolver`).
+    for CosyVoice3's flow, its streamed solve (`DiTGraphSolver`), and for its causal HiFT, the network of its
+    batched pushes (`SpectrumGraphs`).
 
     The models only hold the hook (``graphs``); the speed-ups live beside them and are attached here.
     """
     from studio.tts.cosyvoice3.dit import DiT
     from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
+    from studio.tts.cosyvoice3.hift import CausalHiFTGenerator
+    from studio.tts.cosyvoice3.hift_batch import attach_hift_graphs
     from studio.tts.flow.graphs import EstimatorGraphs
     from studio.tts.flow.streaming.batched_encode import attach_encoder_graphs
     from studio.tts.hift.graphs import HiftGraphs
@@ -153,5 +156,7 @@ def attach_cuda_graphs(
     elif flow is not None:
         flow.decoder.graphs = EstimatorGraphs(flow.decoder.estimator) if enabled else None
         attach_encoder_graphs(flow, enabled and envs.ENCODER_GRAPHS.enabled())
-    if hift is not None:
+    if isinstance(hift, CausalHiFTGenerator):  # CosyVoice3: its batched pushes' network
+        attach_hift_graphs(hift, enabled)
+    elif hift is not None:
         hift.graphs = HiftGraphs(hift) if enabled else None

@@ -50,7 +50,18 @@ def _pushes(schedule: list[int], seed: int) -> list[tuple[torch.Tensor, bool]]:
     ]
 
 
-def test_batched_pushes_equal_each_takes_own(hift):
+@pytest.fixture(params=[False, True], ids=["eager", "graphs"])
+def batched_network(request, hift):
+    """The batched pushes' network eager, or through `SpectrumGraphs` (the tests' replaying capture: shapes
+    eager once, then captured and replayed, padded to the CUDA path's buckets)."""
+    from tests.tts.test_encoder_graphs import replaying_capture
+
+    graphs = hift_batch.attach_hift_graphs(hift, request.param, capture=replaying_capture)
+    yield graphs
+    hift_batch.attach_hift_graphs(hift, enabled=False)
+
+
+def test_batched_pushes_equal_each_takes_own(hift, batched_network):
     """Seven takes pushed step by step in one batch per step (a take that has ended leaves the batch):
     each push's samples equal its own stream's push, and the streams' states end the same."""
     takes = [_pushes(schedule, seed) for seed, schedule in enumerate(SCHEDULES)]
@@ -73,6 +84,8 @@ def test_batched_pushes_equal_each_takes_own(hift):
     assert compared > 30
     assert worst <= TOLERANCE
     assert all(stream.state_bytes == 0 for stream in together)  # every take finalized
+    if batched_network is not None:
+        assert batched_network.captures >= 1
 
 
 @torch.inference_mode()
@@ -198,3 +211,15 @@ def test_a_scheduled_push_that_fails_fails_alone(voice, prompt_wav):
     assert isinstance(outcomes[1], RuntimeError) and "closed" in str(outcomes[1])
     assert outcomes[0].hift_seconds > 0
     torch.testing.assert_close(outcomes[0].speech, reference, rtol=0, atol=TOLERANCE)
+
+
+def test_the_loaders_cuda_graphs_give_a_causal_hift_its_batched_network_graphs(hift):
+    from studio.tts.loader import attach_cuda_graphs
+
+    attach_cuda_graphs(None, hift)
+    try:
+        assert isinstance(hift.spectrum_graphs, hift_batch.SpectrumGraphs)
+        assert hift.graphs is None  # CosyVoice2's chunk graphs: not a causal HiFT's
+    finally:
+        attach_cuda_graphs(None, hift, enabled=False)
+    assert hift.spectrum_graphs is None
