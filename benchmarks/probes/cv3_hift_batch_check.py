@@ -11,13 +11,14 @@ batched:
 
 Prints ms per round (all N takes' pushes) and per take-push, the speed-up of batching, and the largest
 difference between a batched take's samples and its twin's. With --dtype float16 the pushes run under
-float16 autocast on a float32 model, as a take with fp16 runs them. On the CPU times are the calling thread's
-CPU time (--threads 1 keeps other processes on shared cores from inflating them); on CUDA wall time between
-synchronizations.
+float16 autocast on a float32 model, as a take with fp16 runs them. With --graphs the batched pushes' network
+runs through `SpectrumGraphs` (CUDA graphs on CUDA, as the loader attaches them; a shape is captured when it
+recurs, so the later rounds replay). On the CPU times are the calling thread's CPU time (--threads 1 keeps other
+processes on shared cores from inflating them); on CUDA wall time between synchronizations.
 
 Usage: python benchmarks/probes/cv3_hift_batch_check.py [--size tiny|full] [--takes 1,4,16]
        [--device cpu|cuda] [--dtype float32|float16] [--threads 1] [--rounds 3] [--first-frames 56]
-       [--frames 100] [--json out.json]
+       [--frames 100] [--graphs] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 from cv3_flow_stream_check import timed  # this script's folder is on sys.path when it runs
 
 from studio.tts.cosyvoice3.hift import CausalConvRNNF0Predictor, CausalHiFTGenerator
-from studio.tts.cosyvoice3.hift_batch import HiftPush, push_many
+from studio.tts.cosyvoice3.hift_batch import HiftPush, attach_hift_graphs, push_many
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 
 SIZES = {"tiny": 16, "full": 512}  # base channels (the F0 predictor's width follows)
@@ -112,15 +113,19 @@ def main() -> None:
         "--first-frames", type=int, default=56, help="mel frames of the first take's first push"
     )
     parser.add_argument("--frames", type=int, default=100, help="mel frames of every later push")
+    parser.add_argument("--graphs", action="store_true", help="the batched network as CUDA graphs")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     torch.set_num_threads(args.threads)
     hift = build_hift(args.size, args.device)
+    if args.graphs:
+        attach_hift_graphs(hift)
     counts = [int(n) for n in args.takes.split(",")]
     measure(hift, 2, argparse.Namespace(**{**vars(args), "rounds": 1}))  # allocations, kernels, noise table
-    print(f"{args.size} HiFT, {args.device} {args.dtype}, pushes of {args.frames} frames")
+    graphs = ", batched network graphed" if args.graphs else ""
+    print(f"{args.size} HiFT, {args.device} {args.dtype}, pushes of {args.frames} frames{graphs}")
     print(
         " takes  first: alone  batched (ms)   round: alone  batched (ms)   last: alone  batched (ms)"
         "   per push: alone  batched  speed-up  max |diff|"

@@ -27,7 +27,7 @@
 #                the streamed flow's and HiFT's probes in fp16 on CUDA (stream against re-run; batched against one
 #                by one);
 #                cv3-bench (make-model and --tokens 100, with the DiT's graphed solve and with it eager:
-#                STUDIO_CUDA_GRAPHS=0) and cv3-probes (the rest; the flow batch probe with --graphs) split it
+#                STUDIO_CUDA_GRAPHS=0) and cv3-probes (the rest; the flow and HiFT batch probes with --graphs) split it
 #                across two calls
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
@@ -245,6 +245,10 @@ cv3_probes() {
     --dtype float16 --json "$out/h200_cv3-hift-batch-check.json" >"$out/cv3-hift-batch.log" 2>&1
   echo "== cv3 hift batch (fp16, CUDA): rc $?"
   tail -6 "$out/cv3-hift-batch.log" | cut -c1-200
+  timeout 150 python3 benchmarks/probes/cv3_hift_batch_check.py --size full --takes 1,4,16 --device cuda \
+    --dtype float16 --graphs --json "$out/h200_cv3-hift-batch-graphs-check.json" >"$out/cv3-hift-graphs.log" 2>&1
+  echo "== cv3 hift batch, network graphed (fp16, CUDA): rc $?"
+  tail -6 "$out/cv3-hift-graphs.log" | cut -c1-200
 }
 
 for step in "$@"; do
