@@ -1,4 +1,4 @@
-"""Operations a CosyVoice3 take's streamed flow calls dispatch: eager against the graphed solve (`DiTGraphSolver`).
+"""Operations a CosyVoice3 take's flow calls and vocoder pushes dispatch: eager against their CUDA-graph paths.
 
 On a GPU each dispatched operation that computes is a kernel launch, and stop 43's trace showed CosyVoice3
 launch-bound (37,474 launches a 4 s take; 555 ms of host time against 148 ms on the GPU). This counts, with a
@@ -11,7 +11,10 @@ upstream's hop schedule (a first hop that fills the prompt's last chunk and one 
   whose replay re-runs the solve unseen by the count: on CUDA a replay is one launch). What remains is each
   call's own work: its plan (token features, conditions, rotary angles), the arena copies, the inputs.
 
-Usage: python benchmarks/probes/cv3_flow_graph_ops.py [--prompt-tokens 60] [--hops 4] [--json out.json]
+Then the same for the causal HiFT's pushes of one take (50-frame pushes through `push_many`, the scheduler's
+batched path): eager, and with the network through `SpectrumGraphs`.
+
+Usage: python benchmarks/probes/cv3_graph_ops.py [--prompt-tokens 60] [--hops 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from pathlib import Path
 
 import torch
 from cv3_flow_batch_check import HOP, Voice, build_flow, first_hop  # this script's folder is on sys.path
+from cv3_hift_batch_check import build_hift
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
+from studio.tts.cosyvoice3.hift_batch import HiftPush, attach_hift_graphs, push_many
+from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 
 
 class CountOperations(TorchDispatchMode):
@@ -66,6 +72,21 @@ def take_operations(flow, voice: Voice, counts: list[int]) -> list[int]:
     return per_call
 
 
+def push_operations(hift, pushes: int = 5, frames: int = 50) -> list[int]:
+    """Operations dispatched by each of a take's batched pushes (the last finalizes)."""
+    stream, mel = (
+        CausalHiftStream(hift),
+        torch.randn(1, 80, pushes * frames, generator=torch.Generator().manual_seed(1)),
+    )
+    per_push = []
+    for index in range(pushes):
+        with CountOperations() as counter:
+            chunk = mel[:, :, index * frames : (index + 1) * frames]
+            push_many([HiftPush(stream, chunk, index == pushes - 1)])
+        per_push.append(counter.count)
+    return per_push
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt-tokens", type=int, default=60)
@@ -88,8 +109,25 @@ def main() -> None:
     print(f"eager operations per call:   {eager}")
     print(f"graphed operations per call: {graphed} (and one replay each; {solver.captures} shapes captured)")
     print(f"take: {sum(eager)} eager, {sum(graphed)} graphed ({sum(eager) / sum(graphed):.0f}x fewer)")
+    hift = build_hift("tiny", "cpu")  # the official layers at 16 channels: the same operations
+    with torch.inference_mode():
+        hift_eager = push_operations(hift)
+        attach_hift_graphs(hift, capture=unseen_capture)
+        for _ in range(2):
+            push_operations(hift)
+        hift_graphed = push_operations(hift)
+    print(
+        f"HiFT, 50-frame pushes of one take: {hift_eager} eager, {hift_graphed} graphed (and one replay each)"
+    )
     if args.json:
-        report = {"args": vars(args), "calls": counts, "eager": eager, "graphed": graphed}
+        report = {
+            "args": vars(args),
+            "calls": counts,
+            "eager": eager,
+            "graphed": graphed,
+            "hift_push_eager": hift_eager,
+            "hift_push_graphed": hift_graphed,
+        }
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 
