@@ -132,9 +132,7 @@ def flow_counters(loaded) -> dict[str, int]:
     if getattr(parts, "family", None) == COSYVOICE3:
         from studio.tts.cosyvoice3.flow_graphs import dit_flow_stats
 
-        spectrum = getattr(getattr(parts, "hift", None), "spectrum_graphs", None)  # its batched HiFT's graphs
-        hift = {"hift_captures": 0 if spectrum is None else spectrum.captures}
-        return {**dit_flow_stats(flow), **hift, **prompt_cache_counters(parts)}
+        return {**dit_flow_stats(flow, getattr(parts, "hift", None)), **prompt_cache_counters(parts)}
     encoder, hift = (
         getattr(flow, "encoder_graphs", None),
         getattr(getattr(parts, "hift", None), "graphs", None),

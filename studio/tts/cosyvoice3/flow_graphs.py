@@ -407,12 +407,12 @@ def attach_dit_graphs(flow: nn.Module, enabled: bool = True, **options) -> DiTGr
     return flow.decoder.dit_solver
 
 
-def dit_flow_stats(flow: nn.Module) -> dict[str, int]:
+def dit_flow_stats(flow: nn.Module, hift: nn.Module | None = None) -> dict[str, int]:
     """CosyVoice3's flow counters under CosyVoice2's names (`solver_stats`, `scheduler_stats`): solves run
     (`batches`) and calls served (`requests`), by the graphed solver when attached, else by the scheduler's
     batches; CUDA graphs captured (`captures`; `idle_captures` by the idle scheduler), calls solved eagerly
     for want of arena (`eager_calls`), solves run a step at a time (`stepwise_batches`), and the scheduler's
-    batches and calls (`dit_batches`, `dit_calls`)."""
+    batches and calls (`dit_batches`, `dit_calls`); with `hift`, its batched network's captures."""
     solver = getattr(flow.decoder, "dit_solver", None)
     scheduler = getattr(flow, "_dit_flow_scheduler", None)
     ticks, jobs = (0, 0) if scheduler is None else (scheduler.batches, scheduler.calls)
@@ -425,4 +425,5 @@ def dit_flow_stats(flow: nn.Module) -> dict[str, int]:
         "idle_captures": 0 if scheduler is None else scheduler.idle_captures,
         "dit_batches": ticks,
         "dit_calls": jobs,
+        "hift_captures": getattr(getattr(hift, "spectrum_graphs", None), "captures", 0),
     }
