@@ -259,27 +259,24 @@ class DiTGraphSolver:
                 batch.cap,
                 steps,
             )
-            self._arena = None  # freed before the new one is made, not beside it
+            arena = self._arena = None  # freed before the new one is made, not beside it
             self._graphs.drop()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            blocks = len(self.estimator.transformer_blocks)
-            self._arena = arena = DiTArena(
-                torch.zeros(
-                    steps,
-                    blocks,
-                    2,
-                    total,
-                    self._heads,
-                    batch.cap,
-                    self._dim_head,
-                    dtype=dtype,
-                    device=device,
-                ),
-                torch.zeros(steps, 2, total, self._width, self._kernel - 1, dtype=dtype, device=device),
-            )
+            self._arena = arena = self._allocate(steps, total, batch.cap, dtype, device)
         slots = slice(0, steps)
         return DiTArena(arena.kv[slots, :, :, :rows], arena.left[slots, :, :rows])
+
+    def _allocate(
+        self, steps: int, rows: int, cap: int, dtype: torch.dtype, device: torch.device
+    ) -> DiTArena:
+        """A zeroed arena of `steps` Euler step slots, `rows` CFG rows and `cap` context frames."""
+        blocks = len(self.estimator.transformer_blocks)
+        kv = (steps, blocks, 2, rows, self._heads, cap, self._dim_head)
+        left = (steps, 2, rows, self._width, self._kernel - 1)
+        return DiTArena(
+            torch.zeros(kv, dtype=dtype, device=device), torch.zeros(left, dtype=dtype, device=device)
+        )
 
     def _run(self, batch: _Batch) -> list[torch.Tensor]:
         first = batch.plans[0]

@@ -166,6 +166,7 @@ def test_a_long_take_beside_a_wide_arena_keeps_within_the_budget(flow):
     probe = attach_dit_graphs(copy.deepcopy(flow), graphs=False)
     budget = probe.arena_bytes(8, MIN_CONTEXT, 10, torch.float32)
     graphed, solver = graphed_copy(flow, graphs=False, budget_bytes=budget)
+    watch_allocations(solver)
     short = [Take(graphed, flow, 20, 60, seed=s) for s in (85, 86, 87)]
     long = Take(graphed, flow, 40, 320, seed=88)  # 720 frames: a context of 768 (in 256-frame steps)
     takes = [long, *short]
@@ -175,6 +176,25 @@ def test_a_long_take_beside_a_wide_arena_keeps_within_the_budget(flow):
         shapes.add((solver._arena.kv.shape[3], solver._arena.kv.shape[5]))
         assert arena_within(solver, budget)
     assert shapes == {(8, MIN_CONTEXT), (2, 768)} and solver.eager_calls == 0
+    assert solver.allocations >= 2 and not any(solver.old_alive)  # never two arenas at once
+
+
+def watch_allocations(solver):
+    """Record, at each arena allocation, whether the arena before it is still alive."""
+    import weakref
+
+    allocate, solver.old_alive, solver.allocations = solver._allocate, [], 0
+
+    def watched(*args):
+        before = getattr(solver, "_before", None)
+        solver.old_alive.append(before is not None and before() is not None)
+        solver.allocations += 1
+        arena = allocate(*args)
+        solver._before = weakref.ref(arena.kv)
+        return arena
+
+    solver._allocate = watched
+    return solver
 
 
 def test_the_idle_flow_scheduler_captures_the_shapes_that_ran_eagerly(flow):
