@@ -171,7 +171,8 @@ tokens100_24() {
 gputests() {
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/tts/test_cuda_capture.py tests/tts/test_host_transfer.py \
     tests/tts/test_flow_turn.py tests/tts/test_batched_encode.py tests/tts/test_scheduler.py \
-    tests/tts/test_prompt_flow_cache.py tests/tts/test_vram_budget.py tests/vllm >"$out/gputests.log" 2>&1
+    tests/tts/test_prompt_flow_cache.py tests/tts/test_vram_budget.py tests/tts/test_flow_solver.py \
+    tests/tts/cosyvoice3/test_cv3_cuda_graphs.py tests/vllm >"$out/gputests.log" 2>&1
   echo "== gputests: rc $?"
   grep -E "passed|failed|rror|assert" "$out/gputests.log" | tail -8 | cut -c1-300
 }
