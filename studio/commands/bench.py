@@ -329,7 +329,7 @@ def print_level(backend: str, level: dict) -> None:
     if solver.get("batches"):
         first += f"  flow batch {solver['requests'] / solver['batches']:.1f}, captures {solver['captures']}"
         first += f" (encoder {solver.get('encoder_captures', 0)}, HiFT {solver.get('hift_captures', 0)};"
-        first += f" {solver.get('idle_captures', 0)} while idle)"
+        first += f" {solver.get('idle_captures', 0)} while idle; {solver.get('stepwise_batches', 0)} a step at a time)"
     if solver.get("ticks"):  # the chunk scheduler: busy launching (host-bound) or waiting for the GPU?
         first += (
             f"  scheduler host {solver['scheduler_host_s']:.1f} s, GPU wait {solver['scheduler_gpu_wait_s']:.1f} s,"
