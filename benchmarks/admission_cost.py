@@ -2,7 +2,10 @@
 once for a workload (studio/workloads.py), computed with the runtime's own estimate (`take_state_bytes`)
 on the full-size flow built on the meta device (no weights, no GPU). Compared: the bound (what the gate
 reserves), the state at rest (keys/values of the take's own frames, no growth headroom, no prompt), and,
-for a real model that stops by itself, the bound of its text (20 speech tokens per text token).
+for a real model that stops by itself, the bound of its text (20 speech tokens per text token). Then the flow's
+work arena (`--arena-share-gib`, by default as large as the take share: the plan splits what is left in halves):
+how many takes one batched solve holds at the context of a median and of a long take, with an arena of every
+Euler step (one pass) and of one step (`EstimatorSolver` runs a batch a step at a time when one pass does not fit).
 
     .venv/bin/python benchmarks/admission_cost.py --workload sentences --takes-share-gib 8.81
 """
@@ -44,6 +47,7 @@ def main() -> None:
     parser.add_argument("--workload", default="sentences", choices=sorted(workloads.WORKLOADS))
     parser.add_argument("--takes-share-gib", type=float, default=TAKES_SHARE_24 / GIB)
     parser.add_argument("--speech-per-text-token", type=float, default=7.5, help="a real model's, English")
+    parser.add_argument("--arena-share-gib", type=float, help="the flow arena's share (default: the takes')")
     args = parser.parse_args()
     flow = full_flow()
     parts = types.SimpleNamespace(flow=flow, fp16=True)
@@ -70,6 +74,19 @@ def main() -> None:
         print(
             f"  {name:55s} mean {mean / GIB:.2f} GiB, median {statistics.median(needs) / GIB:.2f} GiB: "
             f"{capacity / mean:.1f} takes at once"
+        )
+    arena = (args.arena_share_gib or args.takes_share_gib) * GIB
+    contexts = sorted(p + 2 * t.speech_tokens for t, p in zip(takes, prompt_frames, strict=True))
+    print(f"flow arena {arena / GIB:.2f} GiB: takes one batched solve holds (context in 256-frame steps)")
+    for name, frames in (
+        ("median", statistics.median(contexts)),
+        ("95th-percentile", contexts[len(contexts) * 95 // 100]),
+    ):
+        context = 256 * -(-int(frames) // 256)
+        one_pass = arena / (context * per_frame)
+        print(
+            f"  a {name} take ({context} frames): {one_pass:.1f} with every Euler step, "
+            f"{one_pass * STATE_STEPS:.1f} a step at a time"
         )
 
 
