@@ -276,10 +276,12 @@ def test_takes_on_the_flow_scheduler_equal_their_own(voice, prompt_wav, monkeypa
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
 
 
-def test_takes_through_the_graphed_flow_solve_equal_their_own(voice, prompt_wav, monkeypatch):
+@pytest.mark.parametrize("stepwise", [False, True], ids=["one-pass", "stepwise"])
+def test_takes_through_the_graphed_flow_solve_equal_their_own(voice, prompt_wav, monkeypatch, stepwise):
     """The flow's solve graphed (`DiTGraphSolver`, as the loader attaches it on CUDA; here its stand-in capture)
-    under the scheduler: two takes at once, then again (replayed shapes), each equal to its take without it."""
-    from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
+    under the scheduler: two takes at once, then again (replayed shapes), each equal to its take without it; with
+    an arena budget of one Euler step for two takes, a step at a time."""
+    from studio.tts.cosyvoice3.flow_graphs import MIN_CONTEXT, attach_dit_graphs
     from tests.tts.cosyvoice3.test_cv3_flow_graphs import keep_arena_on_capture
     from tests.tts.test_encoder_graphs import replaying_capture
 
@@ -287,11 +289,14 @@ def test_takes_through_the_graphed_flow_solve_equal_their_own(voice, prompt_wav,
     alone = _streamed_takes(voice, prompt_wav, token_lists, threads=1)
     monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
     solver = keep_arena_on_capture(attach_dit_graphs(voice.model.flow, capture=replaying_capture))
+    if stepwise:
+        solver.budget_bytes = solver.arena_bytes(4, MIN_CONTEXT, 1, torch.float32)
     try:
         runs = [_streamed_takes(voice, prompt_wav, token_lists, threads=2) for _ in range(2)]
     finally:
         attach_dit_graphs(voice.model.flow, enabled=False)
     assert solver.requests >= 8 and solver.captures >= 1
+    assert (solver.stepwise_batches == solver.batches) if stepwise else solver.stepwise_batches == 0
     for together in runs:
         for mine, theirs in zip(together, alone, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4)
