@@ -181,3 +181,14 @@ def test_an_out_of_memory_fails_its_take_clearly_and_the_next_take_runs(
         list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
     chunks = list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
     assert sum(c["tts_speech"].shape[1] for c in chunks) == 20 * 960
+
+
+def test_a_batched_solve_keeps_every_euler_step_down_to_four_takes_then_goes_a_step_at_a_time():
+    from studio.tts.device.vram_budget import arena_tries
+
+    assert arena_tries(32, 10, one_step_arena=False) == [
+        (10, 32), (10, 16), (10, 8), (10, 4), (1, 32), (1, 16), (1, 8), (1, 4), (1, 2), (1, 1)
+    ]  # fmt: skip
+    assert arena_tries(3, 10, one_step_arena=False) == [(10, 3), (1, 3), (1, 1)]
+    assert arena_tries(6, 10, one_step_arena=True) == [(1, 6), (1, 3), (1, 1)]  # the shared arena stays one
+    assert arena_tries(2, 1, one_step_arena=False) == [(1, 2), (1, 1)]  # one Euler step: one kind

@@ -18,9 +18,9 @@ takes' calls (`FramePlan`s) runs the way CosyVoice2's batched solve does (tts/fl
 
 The arena grows (context by doubling from 512 frames, rows to the largest batch; growth drops its graphs)
 within a byte budget (``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena). A
-batch whose arena of every Euler step would not fit runs a step at a time through an arena of one step (a
-tenth of the bytes; one graph, with the step's modulations as inputs, serves every step); beyond that it is
-split, and a call too large for it alone runs eagerly (`solve_plans`), which needs no arena. Off CUDA the
+batch is split down to four takes with an arena of every Euler step, then runs a step at a time through an
+arena of one step (a tenth of the bytes; one graph, with the step's modulations as inputs, serves every step;
+`arena_tries`), and a call too large for it alone runs eagerly (`solve_plans`), which needs no arena. Off CUDA the
 solver runs the same static solve without graphs (what the tests compare).
 """
 
@@ -48,7 +48,7 @@ from studio.tts.device.cuda_graphs import (
     capture_graph,
 )
 from studio.tts.device.transfer import to_device
-from studio.tts.device.vram_budget import default_arena_bytes
+from studio.tts.device.vram_budget import arena_tries, default_arena_bytes
 from studio.tts.flow.masks import mask_to_bias
 
 log = logging.getLogger(__name__)
@@ -210,32 +210,28 @@ class DiTGraphSolver:
         return (kv + left) * element
 
     def _plan(self, plans: list[FramePlan]) -> _Batch | None:
-        """The largest batch from the head of `plans` whose arena fits the budget, of every Euler step (one
-        pass) or else of one (a step at a time, a tenth of the bytes); None when not even the first plan's
-        does. An arena of one step is tried first while the shared arena is one (no reallocation at each
-        change of load)."""
+        """The first batch from the head of `plans` whose arena fits the budget, in `arena_tries`' order (an
+        arena of every Euler step, then of one: a tenth of the bytes); None when not even the first plan's
+        does."""
         first = plans[0]
         steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
         budget = self._budget(device)
-        one_step = self._arena is not None and self._arena.kv.shape[0] == 1 < steps
-        count = len(plans)
-        while count:
+        one_step_arena = self._arena is not None and self._arena.kv.shape[0] == 1
+        for slots, count in arena_tries(len(plans), steps, one_step_arena):
             chosen = plans[:count]
             rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
             needed = max(plan.start for plan in chosen) + frames
             grown_cap = max(MIN_CONTEXT, 256 * math.ceil(needed / 256))
-            for slots in (1, steps) if one_step else (steps, 1):
-                shape = (chosen, rows, frames)
-                arena = self._compatible(steps, slots, dtype, device)
-                if arena is not None:
-                    have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
-                    cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
-                    arena_rows = max(2 * rows, have_rows)
-                    if self.arena_bytes(arena_rows, cap, slots, dtype) <= budget:
-                        return _Batch(*shape, cap, arena_rows, steps, slots)
-                if self.arena_bytes(2 * rows, grown_cap, slots, dtype) <= budget:  # a new arena, this size
-                    return _Batch(*shape, grown_cap, 2 * rows, steps, slots)
-            count //= 2
+            shape = (chosen, rows, frames)
+            arena = self._compatible(steps, slots, dtype, device)
+            if arena is not None:
+                have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
+                cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
+                arena_rows = max(2 * rows, have_rows)
+                if self.arena_bytes(arena_rows, cap, slots, dtype) <= budget:
+                    return _Batch(*shape, cap, arena_rows, steps, slots)
+            if self.arena_bytes(2 * rows, grown_cap, slots, dtype) <= budget:  # a new arena, this size
+                return _Batch(*shape, grown_cap, 2 * rows, steps, slots)
         return None
 
     def _compatible(

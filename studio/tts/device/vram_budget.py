@@ -184,3 +184,26 @@ def default_arena_bytes(device) -> int:
     if configured is None and device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory / 5)
     return int((1024 if configured is None else configured) * 2**20)
+
+
+# A batched flow solve keeps an arena of every Euler step down to batches of this many takes (one replay and one
+# copy of each take's pages a batch); a batch that would have to be smaller runs a step at a time instead (an
+# arena of one step, a tenth of the bytes, but ten replays and each take's pages copied once per step).
+ONE_PASS_FLOOR = 4
+
+
+def arena_tries(count: int, steps: int, one_step_arena: bool) -> list[tuple[int, int]]:
+    """(Euler step slots, takes) a batched solve tries in turn for `count` takes queued, until one fits its
+    budget: every step down to `ONE_PASS_FLOOR` takes, then one step down to a single take; only one step while
+    the shared arena is one (switching kinds would reallocate it, and drop its graphs, at every change of load)."""
+
+    def halving(floor: int) -> list[int]:
+        sizes = [count]
+        while sizes[-1] > floor:
+            sizes.append(max(floor, sizes[-1] // 2))
+        return sizes
+
+    one_step = [(1, size) for size in halving(1)]
+    if one_step_arena or steps == 1:
+        return one_step
+    return [(steps, size) for size in halving(min(count, ONE_PASS_FLOOR))] + one_step

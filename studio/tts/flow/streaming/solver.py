@@ -10,8 +10,9 @@ one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver
 - copies the batch's states (`EstimatorState`, in pages) into a shared work arena (arena_copies.py), runs
   one solve over all rows with static shapes (`solve_batch` in batched_solve.py: frames padded to a bucket
   and masked out, per-row positions as tensors), and copies the new committed rows back;
-- when an arena of every Euler step would not fit the budget, runs the batch a step at a time through an
-  arena of one step (a tenth of the bytes), copying each step's rows in and out (`_run_stepwise`);
+- when an arena of every Euler step would not fit the budget even for four takes (`arena_tries`), runs the
+  batch a step at a time through an arena of one step (a tenth of the bytes), copying each step's rows in
+  and out (`_run_stepwise`);
 - on CUDA, captures that solve once per (batch, frames) bucket as a CUDA graph and replays it; the
   graphs attend over the arena's whole context, which grows by doubling (and drops the graphs).
 """
@@ -36,7 +37,7 @@ from studio.tts.device.cuda_graphs import (
     bucket_frames,
     capture_graph,
 )
-from studio.tts.device.vram_budget import default_arena_bytes
+from studio.tts.device.vram_budget import arena_tries, default_arena_bytes
 from studio.tts.flow.streaming.arena_copies import copy_in, finish, reserve_pages, write_rows
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
@@ -107,8 +108,8 @@ class EstimatorSolver:
 
     `max_batch` takes at most go in one batch (``$STUDIO_FLOW_MAX_BATCH``, default 32); the work arena's
     key/value storage is kept under `budget_bytes` (``$STUDIO_FLOW_BATCH_MB``; default a fifth of the GPU's
-    memory, 1 GB on CPU) by running a batch a step at a time, else by splitting it; a single request larger
-    than that runs on a temporary arena of one step.
+    memory, 1 GB on CPU) by splitting batches down to four takes, then running them a step at a time
+    (`arena_tries`); a single request larger than that runs on a temporary arena of one step.
     """
 
     def __init__(
@@ -240,36 +241,25 @@ class EstimatorSolver:
         return self.budget_bytes
 
     def _plan(self, group: list[SolveRequest]) -> _Batch:
-        """The largest batch from the head of `group` whose arena fits the budget (at least one request):
-        an arena of every Euler step (one pass) when it fits, else of one step (`stepwise`)."""
+        """The first batch from the head of `group` whose arena fits the budget, in `arena_tries`' order (an
+        arena of every Euler step, then of one); a lone request beyond it gets a temporary one-step arena."""
         first = group[0]
         budget = self._budget(first.mu.device)
-        count = min(len(group), self.max_batch)
-        while True:
+        one_step_arena = self._arena is not None and self._arena.kv.shape[0] == 1
+        for slots, count in arena_tries(min(len(group), self.max_batch), first.steps, one_step_arena):
             chosen = group[:count]
             frames = max(r.frames for r in chosen)
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
                 frames, rows = bucket_frames(frames), bucket_batch(count)
             needed = max(r.frame0 for r in chosen) + frames
-            for slots in self._slot_choices(first):
-                cap, arena_rows = needed, rows
-                if self.buckets:
-                    cap, arena_rows = self._arena_size(first, rows, needed, slots)
-                if cap * self.layout.bytes_per_frame(slots, 2 * arena_rows, first.mu.dtype) <= budget:
-                    return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps, slots)
-            if count == 1:  # one request alone beyond the budget: an exact-size arena of a step, freed after
-                frames, cap = first.frames, first.frame0 + first.frames
-                return _Batch(chosen, 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
-            count = max(1, count // 2)
-
-    def _slot_choices(self, request: SolveRequest) -> tuple[int, ...]:
-        """Arena step slots to try, the shared arena's kind first (a one-step arena stays one while it serves:
-        switching kinds would reallocate it and drop its graphs at every change of load)."""
-        arena = self._arena
-        if arena is not None and arena.kv.shape[0] == 1 < request.steps:
-            return (1, request.steps)
-        return (request.steps, 1)
+            cap, arena_rows = needed, rows
+            if self.buckets:
+                cap, arena_rows = self._arena_size(first, rows, needed, slots)
+            if cap * self.layout.bytes_per_frame(slots, 2 * arena_rows, first.mu.dtype) <= budget:
+                return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps, slots)
+        frames, cap = first.frames, first.frame0 + first.frames  # an exact-size arena of a step, freed after
+        return _Batch([first], 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
 
     def _compatible(self, request: SolveRequest, slots: int) -> WorkArena | None:
         """The shared arena, if it can hold `slots` Euler steps of this request's dtype and device."""
