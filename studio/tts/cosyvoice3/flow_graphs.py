@@ -167,6 +167,10 @@ class DiTGraphSolver:
         self._width = self.estimator.proj_out.in_features
         self._kernel = self.estimator.input_embed.conv_pos_embed.kernel_size
         self.batches = self.requests = self.eager_calls = self.stepwise_batches = 0
+        self.failed = (
+            False  # the graphed solve failed once: every call is solved eagerly (`_run_or_fall_back`)
+        )
+        self._wrote = False  # the batch being run has written a state back
 
     @property
     def captures(self) -> int:
@@ -182,16 +186,33 @@ class DiTGraphSolver:
         order = sorted(range(len(plans)), key=lambda i: plans[i].count)  # like lengths pad least together
         with self._lock, torch.inference_mode():
             while order:
-                batch = self._plan([plans[i] for i in order[: self.max_batch]])
-                if batch is None:  # too large for the budget alone: its own buffers, no arena
+                batch = None if self.failed else self._plan([plans[i] for i in order[: self.max_batch]])
+                if batch is None:  # too large for the budget alone (or no graphed solve): its own buffers
                     index = order.pop(0)
                     results[index] = solve_plans(self.estimator, [plans[index]], self._rate)[0]
                     self.eager_calls += 1
                     continue
                 taken, order = order[: len(batch.plans)], order[len(batch.plans) :]
-                for index, mel in zip(taken, self._run(batch), strict=True):
+                for index, mel in zip(taken, self._run_or_fall_back(batch), strict=True):
                     results[index] = mel
         return [results[i] for i in range(len(plans))]
+
+    def _run_or_fall_back(self, batch: _Batch) -> list[torch.Tensor]:
+        """`_run`; if it fails before writing any state back, the solver lets its arena and graphs go and
+        solves this batch, and every call after it, with `solve_plans` (logged once): a fault of the graphed
+        path costs speed, not takes. A failure after a write-back is raised (the states are then unknown)."""
+        self._wrote = False
+        try:
+            return self._run(batch)
+        except Exception:
+            if self._wrote:
+                raise
+            log.warning(
+                "CosyVoice3 flow: the graphed solve failed; solving eagerly from now on", exc_info=True
+            )
+            self.failed, self._arena = True, None
+            self._graphs.drop()
+            return solve_plans(self.estimator, batch.plans, self._rate)
 
     @property
     def _rate(self) -> float:
@@ -322,10 +343,10 @@ class DiTGraphSolver:
             arena.kv[:, :, 1, rows, :, :kept] = state.values[steps, :, :, :, :kept]
             arena.left[:, :, rows] = state.position_left[steps]
 
-    @staticmethod
-    def _copy_out(batch: _Batch, arena: DiTArena, steps: slice) -> None:
+    def _copy_out(self, batch: _Batch, arena: DiTArena, steps: slice) -> None:
         """Each take's new frames' keys/values and its position-convolution inputs of these Euler steps back
         into its state, as `solve_plans` leaves them."""
+        self._wrote = True
         for row, plan in enumerate(batch.plans):
             state, rows, new = (
                 plan.state,

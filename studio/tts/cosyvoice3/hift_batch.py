@@ -23,6 +23,7 @@ makes exact; a shape runs eagerly once and is captured when it recurs (or while 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -38,6 +39,8 @@ from studio.tts.device.cuda_graphs import (
     bucket_frames,
     capture_graph,
 )
+
+log = logging.getLogger(__name__)
 
 SPECTRUM_GRAPHS_KEPT = 32
 
@@ -63,10 +66,16 @@ def decode_many(
     mels [1, 80, W_i], sources [1, 1, W_i * upsample_scale] -> waveforms [1, W_i * upsample_scale]."""
     stfts = [hift._stft(source.squeeze(1)) for source in sources]
     frames = [stft.shape[2] for stft in stfts]
-    graphs = getattr(hift, "spectrum_graphs", None)
+    graphs, spectra = getattr(hift, "spectrum_graphs", None), None
     if graphs is not None and (mels[0].is_cuda or graphs.anywhere):
-        spectra = graphs(mels, stfts)
-    else:
+        try:
+            spectra = graphs(mels, stfts)
+        except Exception:  # noqa: BLE001 - a fault of the graph path costs speed, not takes: eager from now on
+            log.warning(
+                "CosyVoice3 HiFT: the graphed network failed; running it eagerly from now on", exc_info=True
+            )
+            hift.spectrum_graphs = None
+    if spectra is None:
         spectra = hift.spectrum(_right_padded(mels).to(hift.conv_pre.bias.dtype), _right_padded(stfts))
     return [hift.waveform(spectra[row : row + 1, :, :count]) for row, count in enumerate(frames)]
 

@@ -266,3 +266,23 @@ def test_batches_beyond_an_arena_of_every_step_run_a_step_at_a_time(flow, graphs
     assert solver.stepwise_batches == solver.batches > 0 and solver.eager_calls == 0
     assert solver._arena.kv.shape[0] == 1
     assert solver.captures >= (1 if graphs else 0)
+
+
+@torch.inference_mode()
+def test_a_failing_graphed_solve_falls_back_to_eager_without_losing_a_take(flow, monkeypatch, caplog):
+    """The graphed path failing (here: its static solve raises) before any state is written back: that batch and
+    every call after it are solved eagerly, each take still equal to its own calls, and the failure is logged."""
+    from studio.tts.cosyvoice3 import flow_graphs
+
+    graphed, solver = graphed_copy(flow, graphs=False)
+    takes = [Take(graphed, flow, 30, 150, seed=s) for s in (95, 96)]
+    run_round(takes)  # the graphed path works at first
+    batches = solver.batches
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a kernel failed")
+
+    monkeypatch.setattr(flow_graphs, "solve_static", broken)
+    run_to_the_end(takes)
+    assert solver.failed and solver._arena is None and solver.batches == batches
+    assert solver.eager_calls > 0 and "solving eagerly from now on" in caplog.text

@@ -223,3 +223,27 @@ def test_the_loaders_cuda_graphs_give_a_causal_hift_its_batched_network_graphs(h
     finally:
         attach_cuda_graphs(None, hift, enabled=False)
     assert hift.spectrum_graphs is None
+
+
+def test_a_failing_graphed_network_falls_back_to_eager(hift, monkeypatch, caplog):
+    from tests.tts.test_encoder_graphs import replaying_capture
+
+    graphs = hift_batch.attach_hift_graphs(hift, capture=replaying_capture)
+    try:
+        assert graphs is hift.spectrum_graphs
+        monkeypatch.setattr(
+            hift_batch.SpectrumGraphs, "__call__", lambda self, *a: 1 / 0
+        )  # the graph path fails
+        takes = [_pushes(schedule, seed) for seed, schedule in enumerate(SCHEDULES[:3])]
+        alone = [CausalHiftStream(hift) for _ in takes]
+        together = [CausalHiftStream(hift) for _ in takes]
+        for step in range(2):
+            batched = push_many([HiftPush(together[i], *takes[i][step]) for i in range(len(takes))])
+            for i, got in enumerate(batched):
+                expected = alone[i].push(*takes[i][step])
+                assert got.shape == expected.shape
+                if expected.numel():
+                    assert float((got - expected).abs().max()) <= TOLERANCE
+        assert hift.spectrum_graphs is None and "running it eagerly from now on" in caplog.text
+    finally:
+        hift_batch.attach_hift_graphs(hift, enabled=False)
