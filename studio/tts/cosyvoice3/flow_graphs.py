@@ -43,6 +43,7 @@ from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, FramePlan, solve_plans
 from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
+    autocast_dtype,
     bucket_batch,
     bucket_frames,
     capture_graph,
@@ -392,11 +393,10 @@ class DiTGraphSolver:
     def _replay(self, batch: _Batch, io: DiTSolveInputs, dtype: torch.dtype) -> torch.Tensor:
         weights = self.estimator.proj_out.weight
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
-        autocast = torch.is_autocast_enabled("cuda")
-        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
-        key = (batch.rows, batch.frames, batch.cap, dtype, io.step_sizes.shape[0], autocast_dtype)
+        compute = autocast_dtype()
+        key = (batch.rows, batch.frames, batch.cap, dtype, io.step_sizes.shape[0], compute)
         inputs = tuple(getattr(io, name) for name in DiTSolveInputs.__dataclass_fields__)
-        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
+        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(compute))[0]
 
     def _run_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_static` over the shared arena's rows for these inputs (what a graph captures)."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from studio.recent import RecentlyUsedBytes
+from studio.tts.device.cuda_graphs import autocast_dtype
 from studio.tts.device.prompt_caches import CachePerDevice, contents_digest, module_number
 
 
@@ -61,7 +62,7 @@ def prompt_key(
     (the weights' and autocast's, as now), the Euler steps, and the prompt's content."""
     weight = flow.decoder.estimator.proj_out.weight
     device_type = weight.device.type
-    autocast = str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else None
+    autocast = str(autocast_dtype(device_type))
     content = contents_digest(prompt_token.long(), prompt_feat, embedding)
     return (module_number(flow), str(weight.device), str(weight.dtype), autocast, int(n_timesteps), content)
 

@@ -48,6 +48,7 @@ from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_ca
 from studio.tts.cosyvoice3.hift_batch import HiftPush, vocode_pushes
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device import flow_turn
+from studio.tts.device.cuda_graphs import autocast_dtype
 from studio.tts.scheduler import gather
 from studio.tts.scheduler.idle_capture import wait_or_capture
 
@@ -74,7 +75,9 @@ class _Job:
     stream: DiTFlowStream
     tokens: torch.Tensor
     finalize: bool
-    autocast: tuple  # (device type, enabled, dtype): the caller's, which the worker runs under
+    autocast: (
+        tuple  # (device type, autocast dtype or None where off): the caller's, which the worker runs under
+    )
     first: bool  # the take's first chunk: nothing of it plays yet
     deadline: float  # monotonic seconds by which the take needs this call's audio
     seq: int  # arrival order
@@ -115,9 +118,7 @@ class _Job:
 
 
 def _caller_autocast(device: torch.device) -> tuple:
-    kind = device.type
-    enabled = torch.is_autocast_enabled(kind)
-    return (kind, enabled, torch.get_autocast_dtype(kind) if enabled else None)
+    return (device.type, autocast_dtype(device.type))
 
 
 class DiTFlowScheduler:
@@ -386,8 +387,8 @@ class DiTFlowScheduler:
                 job.fail(error)
         if not valid:
             return
-        kind, enabled, dtype = valid[0][0].autocast
-        with torch.autocast(kind, dtype=dtype, enabled=enabled):
+        kind, dtype = valid[0][0].autocast
+        with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
             try:
                 mels = render_calls([call for _, call in valid])
             except Exception as error:  # noqa: BLE001 - every call of the failed batch gets its error

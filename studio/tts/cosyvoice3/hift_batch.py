@@ -35,6 +35,7 @@ from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
+    autocast_dtype,
     bucket_batch,
     bucket_frames,
     capture_graph,
@@ -108,11 +109,10 @@ class SpectrumGraphs:
             mel[row, :, : window.shape[2]] = window[0]
             stft[row, :, : spectrum.shape[2]] = spectrum[0]
         weights = hift.conv_pre.bias
-        autocast = torch.is_autocast_enabled("cuda")
-        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
-        key = (rows, frames, mel.dtype, stft.dtype, autocast_dtype)
+        compute = autocast_dtype()
+        key = (rows, frames, mel.dtype, stft.dtype, compute)
         fingerprint = (weights.data_ptr(), weights.dtype)
-        return self._graphs(key, fingerprint, (mel, stft), lambda: autocast_context(autocast_dtype))[0]
+        return self._graphs(key, fingerprint, (mel, stft), lambda: autocast_context(compute))[0]
 
     def _run(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         return (self.hift.spectrum(*inputs),)

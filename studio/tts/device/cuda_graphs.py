@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def autocast_dtype(device_type: str = "cuda") -> torch.dtype | None:
+    """The dtype autocast computes in on `device_type` on this thread now; None where it is off."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 def autocast_context(dtype: torch.dtype | None) -> AbstractContextManager:
     """CUDA autocast at `dtype` (None: off) for a warm-up and capture.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from studio.tts.device.cuda_graphs import autocast_context, capture_graph
+from studio.tts.device.cuda_graphs import autocast_context, autocast_dtype, capture_graph
 
 
 def pad_frames(tensor: torch.Tensor, frames: int) -> torch.Tensor:
@@ -60,16 +60,8 @@ class EstimatorGraphs:
             return self.estimator(x, mask, mu, t, spks, cond, streaming=streaming)
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype)  # moved or cast weights invalidate the graphs
-        autocast = torch.is_autocast_enabled("cuda")
-        key = (
-            x.device,
-            x.shape[0],
-            padded,
-            bool(streaming),
-            x.dtype,
-            autocast,
-            torch.get_autocast_dtype("cuda") if autocast else None,
-        )
+        compute = autocast_dtype()
+        key = (x.device, x.shape[0], padded, bool(streaming), x.dtype, compute)
         inputs = (
             pad_frames(x, padded),
             pad_frames(mask.to(x.dtype), padded),
@@ -85,15 +77,17 @@ class EstimatorGraphs:
                 self._fingerprint = fingerprint
             step = self._steps.get(key)
             if step is None:
-                step = self._steps[key] = self._capture(inputs, bool(streaming), autocast)
+                step = self._steps[key] = self._capture(inputs, bool(streaming), compute)
             for static, value in zip(step.inputs, inputs, strict=True):
                 static.copy_(value)
             step.graph.replay()
             return step.output[:, :, :frames].clone()
 
-    def _capture(self, inputs: tuple[torch.Tensor, ...], streaming: bool, autocast: bool) -> _CapturedStep:
+    def _capture(
+        self, inputs: tuple[torch.Tensor, ...], streaming: bool, compute: torch.dtype | None
+    ) -> _CapturedStep:
         static = tuple(tensor.clone() for tensor in inputs)
-        context = autocast_context(torch.get_autocast_dtype("cuda") if autocast else None)
+        context = autocast_context(compute)
         graph, output, self._pool = capture_graph(
             lambda: self.estimator(*static, streaming=streaming),
             static[0].device,

@@ -29,7 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from studio.tts.device.cuda_graphs import ShapeGraphs, autocast_context, bucket_batch, capture_graph
+from studio.tts.device.cuda_graphs import (
+    ShapeGraphs,
+    autocast_context,
+    autocast_dtype,
+    bucket_batch,
+    capture_graph,
+)
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.masks import make_pad_mask
 
@@ -114,8 +120,7 @@ def _encode(flow: nn.Module, prefixes: list[Prefix], graphs: ShapeGraphs | None)
     if graphs is None:
         return encode_rows(flow, ids, sizes, max(p.end for p in prefixes))
     weights = flow.input_embedding.weight
-    autocast = torch.is_autocast_enabled("cuda")
-    dtype = torch.get_autocast_dtype("cuda") if autocast else None
+    dtype = autocast_dtype()
     key = (device, rows, width, weights.dtype, dtype)
     (projected,) = graphs(
         key, (weights.data_ptr(), weights.dtype), (ids, sizes), context=lambda: autocast_context(dtype)

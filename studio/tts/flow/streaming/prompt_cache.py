@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from studio.recent import RecentlyUsedBytes
+from studio.tts.device.cuda_graphs import autocast_dtype
 from studio.tts.device.prompt_caches import CachePerDevice, contents_digest, module_number
 from studio.tts.flow.streaming.batched_solve import EstimatorState
 from studio.tts.flow.streaming.cached_encoder import KVBuffer
@@ -134,8 +135,7 @@ def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
     module = flow.flow
     device = module.input_embedding.weight.device
     dtype = module.spk_embed_affine_layer.weight.dtype
-    autocast = torch.is_autocast_enabled(device.type)
-    compute = (str(dtype), str(torch.get_autocast_dtype(device.type)) if autocast else None)
+    compute = (str(dtype), str(autocast_dtype(device.type)))
     ids = torch.tensor(flow.prompt_ids, dtype=torch.int64)
     prompt = contents_digest(ids, flow.prompt_feat, flow.embedding)
     # a request that recomputes its encoder keeps no encoder state: its snapshots hold the estimator's only

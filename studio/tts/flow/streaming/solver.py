@@ -33,6 +33,7 @@ from studio import envs
 from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
+    autocast_dtype,
     bucket_batch,
     bucket_frames,
     capture_graph,
@@ -396,11 +397,10 @@ class EstimatorSolver:
         """The batch solved through its shape's CUDA graph (`ShapeGraphs`: eager until the shape recurs)."""
         weights = next(self.estimator.parameters())
         fingerprint = (weights.data_ptr(), weights.dtype, self._arena.kv.data_ptr())
-        autocast = torch.is_autocast_enabled("cuda")
-        autocast_dtype = torch.get_autocast_dtype("cuda") if autocast else None
-        key = (batch.rows, batch.frames, batch.cap, batch.dtype, io.t.shape[0], autocast_dtype)
+        compute = autocast_dtype()
+        key = (batch.rows, batch.frames, batch.cap, batch.dtype, io.t.shape[0], compute)
         inputs = tuple(getattr(io, name) for name in SolveInputs.__dataclass_fields__)
-        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(autocast_dtype))[0]
+        return self._graphs(key, fingerprint, inputs, lambda: autocast_context(compute))[0]
 
     def _solve_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_batch` over the shared arena's view for these inputs' rows and context (what graphs run)."""
