@@ -99,7 +99,7 @@ def instrument(backend: str) -> None:
     span(gpu_work, "to_host_async", "copy.speech_to_host")
     span(batched_encode, "to_device", "copy.encoder_inputs")
     span(batched_solve, "to_device", "copy.solve_inputs")
-    span(solver.EstimatorSolver, "_copy_in", "flow.solve.copy_in")
+    span(solver, "copy_in", "flow.solve.copy_in")  # the name solver.py calls
     span(solver.EstimatorSolver, "_copy_out", "flow.solve.copy_out")
     span(solver, "batch_inputs", "flow.solve.inputs")
     span(solver.EstimatorSolver, "_replay", "flow.solve.replay")

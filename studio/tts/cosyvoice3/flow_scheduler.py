@@ -36,89 +36,23 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 
 from studio import envs
+from studio.tts.cosyvoice3.flow_jobs import FlowCallCancelled, FlowJob, VocodedChunk, caller_autocast
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream, FlowCall, render_calls
 from studio.tts.cosyvoice3.hift_batch import HiftPush, vocode_pushes
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.device import flow_turn
-from studio.tts.device.cuda_graphs import autocast_dtype
 from studio.tts.scheduler import gather
 from studio.tts.scheduler.idle_capture import wait_or_capture
 
 DEFAULT_MAX_TAKES = 32  # as CosyVoice2's chunk scheduler (STUDIO_FLOW_MAX_BATCH)
 CANCEL_POLL_SECONDS = 0.02  # how late a waiting take notices its cancel
 GATHER_POLL_SECONDS = 0.002  # while gathering first calls: how often the worker re-reads who is still coming
-
-
-class FlowCallCancelled(Exception):
-    """The take was cancelled while its flow call waited: the call never ran (`DiTWavStream` raises it on
-    as CosyVoice2's `ChunkCancelled`, which the pipeline reads as the take's end)."""
-
-
-@dataclass
-class VocodedChunk:
-    """What `render_speech` returns: the chunk's new samples and the worker's time on its vocoder batch."""
-
-    speech: torch.Tensor  # [1, S] float32 on the vocoder's device
-    hift_seconds: float  # the batched push that made them (all of its takes), on the host's clock
-
-
-@dataclass(eq=False)  # a call is itself: the queue finds and removes it by identity
-class _Job:
-    stream: DiTFlowStream
-    tokens: torch.Tensor
-    finalize: bool
-    autocast: (
-        tuple  # (device type, autocast dtype or None where off): the caller's, which the worker runs under
-    )
-    first: bool  # the take's first chunk: nothing of it plays yet
-    deadline: float  # monotonic seconds by which the take needs this call's audio
-    seq: int  # arrival order
-    cancel: threading.Event | None = None
-    began: float = 0.0  # when the call's take started (`expect`; else when the call came)
-    submitted: float = 0.0  # when the call came
-    vocoder: CausalHiftStream | None = None  # set: the worker pushes the mel through it (`render_speech`)
-    shape_mel: Callable[[torch.Tensor], torch.Tensor] | None = None  # the mel before the vocoder pushes it
-    result: Future = field(default_factory=Future)
-    outcome: tuple[bool, object] | None = None  # (ok, value or error), handed over by `settle`
-
-    def succeed(self, value: object) -> None:
-        self.outcome = (True, value)
-
-    def fail(self, error: BaseException) -> None:
-        self.outcome = (False, error)
-
-    def settle(self) -> None:
-        """Hand the outcome to the waiting take (after the worker gave the LM's turn back)."""
-        ok, value = self.outcome or (False, RuntimeError("the flow scheduler failed while running this call"))
-        if ok:
-            self.result.set_result(value)
-        else:
-            self.result.set_exception(value)
-
-    @property
-    def group(self) -> tuple:
-        return (id(self.stream.flow), self.stream.n_timesteps, self.autocast)
-
-    @property
-    def urgency(self) -> tuple:
-        """Sort key, most urgent first: first chunks, then the earliest deadline, then arrival."""
-        return (not self.first, self.deadline, self.seq)
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.is_set()
-
-
-def _caller_autocast(device: torch.device) -> tuple:
-    return (device.type, autocast_dtype(device.type))
 
 
 class DiTFlowScheduler:
@@ -140,7 +74,7 @@ class DiTFlowScheduler:
         self.gather_window = max(0.0, (gather.DEFAULT_GATHER_MS if gather_ms is None else gather_ms) / 1000)
         self.gathered_seconds = 0.0
         self._expected: gather.Expected = {}
-        self._queue: list[_Job] = []
+        self._queue: list[FlowJob] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -207,13 +141,13 @@ class DiTFlowScheduler:
             if self._expected.pop(id(take), None) is not None:
                 self._wake.notify_all()
 
-    def _job(self, stream, tokens, finalize, cancel, first, deadline) -> _Job:
+    def _job(self, stream, tokens, finalize, cancel, first, deadline) -> FlowJob:
         now = time.monotonic()
-        return _Job(
+        return FlowJob(
             stream,
             tokens,
             finalize,
-            _caller_autocast(stream.device),
+            caller_autocast(stream.device),
             first=first,
             deadline=time.monotonic() if deadline is None else deadline,
             seq=next(self._seq),
@@ -222,7 +156,7 @@ class DiTFlowScheduler:
             submitted=now,
         )
 
-    def _submit(self, job: _Job, take: object | None = None):
+    def _submit(self, job: FlowJob, take: object | None = None):
         cancel = job.cancel
         with self._wake:
             if self._closed:
@@ -247,7 +181,7 @@ class DiTFlowScheduler:
                 if cancel.is_set() and self._withdraw(job):
                     raise FlowCallCancelled("the take was cancelled while its flow call waited") from None
 
-    def _withdraw(self, job: _Job) -> bool:
+    def _withdraw(self, job: FlowJob) -> bool:
         """Take a cancelled call out of the queue; False once the worker has it (it then runs)."""
         with self._wake:
             if job not in self._queue:
@@ -304,7 +238,7 @@ class DiTFlowScheduler:
                 return
             if not jobs:
                 continue
-            groups: dict[tuple, list[_Job]] = {}
+            groups: dict[tuple, list[FlowJob]] = {}
             for job in jobs:
                 groups.setdefault(job.group, []).append(job)
             first_chunks = sum(job.first for job in jobs)
@@ -321,7 +255,7 @@ class DiTFlowScheduler:
                     job.settle()
                 self._last_work = time.monotonic()
 
-    def _next_jobs(self) -> list[_Job] | None:
+    def _next_jobs(self) -> list[FlowJob] | None:
         """Wait for calls (and, with `gather_seconds`, for more of them); take the `max_takes` most urgent,
         one per stream (a stream's second call waits for the next batch). Calls of cancelled takes leave
         with `FlowCallCancelled`; an empty list when only those were queued. None once closed."""
@@ -377,9 +311,9 @@ class DiTFlowScheduler:
         self.gathered_seconds += time.monotonic() - started
 
     @staticmethod
-    def _run_group(jobs: list[_Job]) -> None:
+    def _run_group(jobs: list[FlowJob]) -> None:
         """Check each call alone (an invalid one fails by itself), then solve the valid ones together."""
-        valid: list[tuple[_Job, FlowCall]] = []
+        valid: list[tuple[FlowJob, FlowCall]] = []
         for job in jobs:
             try:
                 valid.append((job, job.stream.check(job.tokens, job.finalize)))
@@ -405,7 +339,7 @@ class DiTFlowScheduler:
                 DiTFlowScheduler._vocode(vocoded)
 
     @staticmethod
-    def _vocode(jobs_and_mels: list[tuple[_Job, torch.Tensor]]) -> None:
+    def _vocode(jobs_and_mels: list[tuple[FlowJob, torch.Tensor]]) -> None:
         """Push each job's shaped mel through its vocoder, all in one batched push; each job gets its
         samples or its own push's error (a failure of the batch itself reaches all of them)."""
         started = time.perf_counter()

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from studio.tts.cosyvoice3.flow_jobs import FlowCallCancelled
 from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache
-from studio.tts.cosyvoice3.flow_scheduler import FlowCallCancelled, flow_scheduler_for
+from studio.tts.cosyvoice3.flow_scheduler import flow_scheduler_for
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
 from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN, ChunkedTake, HopSchedule

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from studio.tts.cosyvoice3 import flow_scheduler as flow_scheduler_module
-from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler, FlowCallCancelled
+from studio.tts.cosyvoice3.flow_jobs import FlowCallCancelled
+from studio.tts.cosyvoice3.flow_scheduler import DiTFlowScheduler
 from studio.tts.cosyvoice3.flow_stream import DiTFlowStream
 from studio.tts.device import flow_turn
 from studio.tts.device.flow_turn import FILE_VARIABLE, TurnWaiter
