@@ -15,6 +15,7 @@ import json
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -105,6 +106,9 @@ def one_take(loaded, take: workloads.Take, prompts: list, stream: bool, arrived:
             on_chunk=lambda audio: chunks.append((time.perf_counter() - arrived, audio.size / rate)),
         )
     except Exception as exc:  # noqa: BLE001 - an error is a figure of the level
+        # where it came from (with its causes) in the log: a take's error must be traceable from a GPU run
+        print(f"take {take.index} failed:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
         return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
     count, silence = workloads.underruns(chunks)
     first = chunks[0][0] if chunks else time.perf_counter() - arrived

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio.tts.device.cuda_graphs import ShapeGraphs, capture_one_pending
+from studio.tts.device.cuda_graphs import OOM_RETRY_AFTER, ShapeGraphs, capture_one_pending
 from studio.tts.flow.streaming import batched_encode
 from studio.tts.flow.streaming.batched_encode import Prefix, attach_encoder_graphs, encode_prefixes
 from tests.tts.test_batched_encode import TOLERANCE, alone
@@ -163,6 +163,34 @@ def test_a_failed_capture_switches_graphs_off_and_calls_still_get_their_result()
     assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
     assert not graphs.enabled
     assert torch.equal(graphs(("b",), (1,), (x,))[0], x * 2)
+
+
+def test_a_capture_that_runs_out_of_memory_leaves_graphs_on_and_is_tried_again_later():
+    """A full budget (every byte held by takes) makes a capture fail for memory: that call runs eagerly and the
+    key is captured once OOM_RETRY_AFTER more eager calls have run; graphs stay on for every other key."""
+    attempts: list[tuple] = []
+    full = [True]
+
+    def capture(run, device, pool, context=None, warmup=1):
+        attempts.append(warmup)
+        if full[0]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 314.00 MiB.")
+        return replaying_capture(run, device, pool)
+
+    graphs = ShapeGraphs("test", doubled, eager_first=1, capture=capture)
+    x = torch.arange(4.0)
+    graphs(("a",), (1,), (x,))  # first sight: eager
+    assert torch.equal(graphs(("a",), (1,), (x + 1,))[0], (x + 1) * 2)  # its capture fails: eager
+    assert graphs.enabled and graphs.out_of_memory == 1 and len(attempts) == 1
+    full[0] = False
+    for step in range(OOM_RETRY_AFTER):
+        assert torch.equal(graphs(("a",), (1,), (x + step,))[0], (x + step) * 2)
+    assert len(attempts) == 1 and graphs.captures == 0  # not tried again yet
+    assert torch.equal(graphs(("a",), (1,), (x,))[0], x * 2)
+    assert len(attempts) == 2 and graphs.captures == 1 and len(graphs) == 1
+    graphs(("b",), (1,), (x,))
+    graphs(("b",), (1,), (x,))
+    assert graphs.captures == 2  # other keys were never held back
 
 
 def test_a_bug_in_the_function_is_raised_not_hidden():

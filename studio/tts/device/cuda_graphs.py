@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# A key whose capture ran out of memory runs eagerly this many more times before it is captured again (a full
+# budget frees as takes end; trying at every call would pay a failed capture's cost each time)
+OOM_RETRY_AFTER = 8
+
 
 def autocast_dtype(device_type: str = "cuda") -> torch.dtype | None:
     """The dtype autocast computes in on `device_type` on this thread now; None where it is off."""
@@ -115,7 +119,9 @@ class ShapeGraphs:
     - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
       safe because calls are serialised and outputs are cloned before the next replay.
     - New weights (`fingerprint`: moved or cast) drop every graph.
-    - A capture that fails switches graphs off for good: calls run eagerly (logged once).
+    - A capture that runs out of memory (the budget is full of takes) leaves graphs on: its call runs eagerly
+      and the key is tried again after `OOM_RETRY_AFTER` more eager calls (or while idle). Any other failed
+      capture switches graphs off for good: calls run eagerly (logged once).
 
     `run(inputs)` returns a tuple of tensors and must not read device values back to the host.
     `capture` is `capture_graph`'s signature (injectable so the policy can be tested off CUDA).
@@ -135,6 +141,7 @@ class ShapeGraphs:
         self.eager_first = eager_first
         self.enabled = True
         self.captures = 0
+        self.out_of_memory = 0  # captures that found no memory (graphs stayed on)
         self._capture = capture
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._seen: OrderedDict[tuple, int] = OrderedDict()  # eager calls per key not captured yet
@@ -223,6 +230,13 @@ class ShapeGraphs:
             graph, outputs, self._pool = self._capture(
                 lambda: self.run(static), static[0].device, self._pool, context() if context else None, warmup
             )
+        except torch.OutOfMemoryError:
+            self.out_of_memory += 1
+            self._seen[key] = self.eager_first - OOM_RETRY_AFTER
+            log.warning(
+                "%s: no memory to capture %s now; it runs eagerly and is tried again later", self.name, key
+            )
+            return None
         except Exception:  # noqa: BLE001 - a bug in `run` raises again from the eager call that follows
             log.warning(
                 "%s: CUDA-graph capture failed; it runs eagerly from now on", self.name, exc_info=True
