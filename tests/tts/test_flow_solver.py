@@ -38,9 +38,9 @@ def schedule(flow, prompt_tokens: int, n_tokens: int) -> list[tuple[int, bool]]:
     return calls + [(n_tokens, True)]
 
 
-def drive_solo(flow) -> list[list[torch.Tensor]]:
+def drive_solo(flow, takes=TAKES) -> list[list[torch.Tensor]]:
     mels = []
-    for prompt_tokens, n_tokens, seed in TAKES:
+    for prompt_tokens, n_tokens, seed in takes:
         incremental, tokens = (
             IncrementalFlow(flow, **prompt(prompt_tokens, seed)),
             speech_tokens(n_tokens, seed),
@@ -64,11 +64,11 @@ def installed(flow, solver: EstimatorSolver):
         flow.decoder._solver = None
 
 
-def drive_batched(flow, solver: EstimatorSolver) -> list[list[torch.Tensor]]:
+def drive_batched(flow, solver: EstimatorSolver, specs=TAKES) -> list[list[torch.Tensor]]:
     """Each round, every take still running queues one chunk while the solver is paused: one batch."""
     takes = [
         (IncrementalFlow(flow, **prompt(p, seed)), speech_tokens(n, seed), schedule(flow, p, n))
-        for p, n, seed in TAKES
+        for p, n, seed in specs
     ]
     mels: list[list[torch.Tensor]] = [[] for _ in takes]
     for round_ in range(max(len(calls) for _, _, calls in takes)):
@@ -192,9 +192,44 @@ def test_batches_beyond_an_arena_of_every_step_run_a_step_at_a_time(modules, gra
     with installed(flow, solver), torch.inference_mode():
         batched = drive_batched(flow, solver)
     assert solver.stepwise_batches == solver.batches < solver.requests == sum(len(m) for m in solo)
-    assert solver._arena.kv.shape[0] == 1  # one step's keys/values
+    assert solver._arena.kv.numel() * 4 <= solver.budget_bytes  # one step's keys/values (float32), in budget
     if graphs:
         assert 1 <= solver.captures <= len(solver._graphs) + 8 and solver._graphs.enabled
+    for take_solo, take_batched in zip(solo, batched, strict=True):
+        for ours, theirs in zip(take_batched, take_solo, strict=True):
+            assert relative_error(ours, theirs) < 1e-5
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_batches_view_one_arena_in_their_own_context_and_rows(modules, graphs, monkeypatch):  # noqa: F811
+    """One flat arena serves every batch in its own shape: a long take's chunks attend over a larger context
+    (768 frames) than the batches before them (512), and batches of one, two and four rows, of every Euler
+    step and of one, read the same buffer laid out differently; each equals its take alone."""
+    from studio.tts.flow.streaming import incremental
+    from tests.tts.test_encoder_graphs import replaying_capture, untouched_capture
+
+    flow, _ = modules
+    takes = [(7, 300, 1), (25, 83, 2), (13, 70, 3)]  # the first reaches ~650 frames of context
+    solo = drive_solo(flow, takes)
+    solver = EstimatorSolver(flow.decoder, graphs=graphs, capture=replaying_capture)
+    solver._graphs._capture = untouched_capture(lambda: (solver._arena.kv, solver._arena.tails))
+    solver.buckets = True
+    # every step of two takes at 512 frames fits; of four does not: those run a step at a time
+    solver.budget_bytes = 512 * solver.layout.bytes_per_frame(10, 4, torch.float32)
+    plan, shapes = solver._plan, []
+
+    def planned(group):
+        batch = plan(group)
+        shapes.append((batch.rows, batch.cap, batch.slots))
+        return batch
+
+    solver._plan = planned
+    monkeypatch.setattr(incremental, "solver_for", lambda _cfm: solver)
+    with installed(flow, solver), torch.inference_mode():
+        batched = drive_batched(flow, solver, takes)
+    assert {cap for _, cap, _ in shapes} == {512, 768}
+    assert {slots for _, _, slots in shapes} == {1, 10} and solver.stepwise_batches
+    assert solver._arena.kv.numel() * 4 <= solver.budget_bytes
     for take_solo, take_batched in zip(solo, batched, strict=True):
         for ours, theirs in zip(take_batched, take_solo, strict=True):
             assert relative_error(ours, theirs) < 1e-5

@@ -102,6 +102,15 @@ def bucket_frames(frames: int) -> int:
     return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
 
 
+def bucket_context(frames: int) -> int:
+    """Key/value context a batch's graph attends over: 512 frames at least, then 768, 1024, 1536, 2048, 3072, ...
+    (each at most 1.5 times the one before: few shapes, little padded attention or arena)."""
+    context = 512
+    while context < frames:
+        context = context * 3 // 2 if context & (context - 1) == 0 else context * 4 // 3
+    return context
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph

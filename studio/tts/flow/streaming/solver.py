@@ -13,8 +13,11 @@ one by one costs sixteen times what one batch of sixteen costs. `EstimatorSolver
 - when an arena of every Euler step would not fit the budget even for four takes (`arena_tries`), runs the
   batch a step at a time through an arena of one step (a tenth of the bytes), copying each step's rows in
   and out (`_run_stepwise`);
-- on CUDA, captures that solve once per (batch, frames) bucket as a CUDA graph and replays it; the
-  graphs attend over the arena's whole context, which grows by doubling (and drops the graphs).
+- keeps the arena as one flat buffer that each batch views in its own shape (its Euler step slots, rows and
+  context, bucketed: `bucket_context`), so batches of short takes hold more rows and attend over less
+  context than one with a long take, and one-pass and stepwise batches share it; it grows by doubling
+  (which drops the graphs), within the budget;
+- on CUDA, captures that solve once per (batch, frames, context) bucket as a CUDA graph and replays it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from studio.tts.device.cuda_graphs import (
     autocast_context,
     autocast_dtype,
     bucket_batch,
+    bucket_context,
     bucket_frames,
     capture_graph,
 )
@@ -104,6 +108,14 @@ class _Batch:
         return self.slots < self.steps
 
 
+@dataclass
+class _ArenaBuffer:
+    """The shared arena's memory, flat: each batch views it as a `WorkArena` of its own shape (`_view`)."""
+
+    kv: torch.Tensor  # 1-D, the keys/values' dtype
+    tails: torch.Tensor  # 1-D, the conv tails' dtype
+
+
 class EstimatorSolver:
     """Runs `SolveRequest`s of concurrent takes in batches (flat combining), with CUDA graphs on CUDA.
 
@@ -133,7 +145,7 @@ class EstimatorSolver:
         self._queue: list[SolveRequest] = []
         self._busy = False
         self._condition = threading.Condition()
-        self._arena: WorkArena | None = None
+        self._arena: _ArenaBuffer | None = None
         self._graphs = ShapeGraphs(
             "flow solve", self._solve_static, SOLVE_GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
         )
@@ -246,55 +258,34 @@ class EstimatorSolver:
         arena of every Euler step, then of one); a lone request beyond it gets a temporary one-step arena."""
         first = group[0]
         budget = self._budget(first.mu.device)
-        one_step_arena = self._arena is not None and self._arena.kv.shape[0] == 1
-        for slots, count in arena_tries(min(len(group), self.max_batch), first.steps, one_step_arena):
+        # one buffer serves batches of every step and of one: no reason to keep to one kind
+        for slots, count in arena_tries(min(len(group), self.max_batch), first.steps, one_step_arena=False):
             chosen = group[:count]
             frames = max(r.frames for r in chosen)
             rows = count
             if self.buckets:  # shapes a captured graph can be replayed for
                 frames, rows = bucket_frames(frames), bucket_batch(count)
-            needed = max(r.frame0 for r in chosen) + frames
-            cap, arena_rows = needed, rows
+            cap = max(r.frame0 for r in chosen) + frames
             if self.buckets:
-                cap, arena_rows = self._arena_size(first, rows, needed, slots)
-            if cap * self.layout.bytes_per_frame(slots, 2 * arena_rows, first.mu.dtype) <= budget:
+                cap = bucket_context(cap)
+            if cap * self.layout.bytes_per_frame(slots, 2 * rows, first.mu.dtype) <= budget:
                 return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps, slots)
         frames, cap = first.frames, first.frame0 + first.frames  # an exact-size arena of a step, freed after
         return _Batch([first], 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
 
-    def _compatible(self, request: SolveRequest, slots: int) -> WorkArena | None:
-        """The shared arena, if it can hold `slots` Euler steps of this request's dtype and device."""
+    def _compatible(self, request: SolveRequest) -> _ArenaBuffer | None:
+        """The shared arena, if it holds this request's dtypes on its device."""
         arena = self._arena
-        if arena is None or arena.kv.device != request.mu.device:
+        if arena is None or arena.kv.device != request.mu.device or arena.kv.dtype != request.mu.dtype:
             return None
-        if arena.kv.dtype != request.mu.dtype or arena.kv.shape[0] not in {slots, request.steps}:
-            return None
-        if arena.kv.shape[0] < slots:
-            return None
-        if arena.tails.dtype != _tails_dtype(request.mu):
-            return None
-        return arena
-
-    def _arena_size(self, request: SolveRequest, rows: int, needed: int, slots: int) -> tuple[int, int]:
-        """(context frames, batch rows) of the shared arena that would serve this batch with `slots` steps.
-
-        Graphs attend over the arena's whole context (masked), so the context is not part of their key;
-        it grows by doubling (each growth drops every captured graph), at least 512 frames.
-        """
-        arena = self._compatible(request, slots)
-        if arena is None:
-            return max(512, 256 * math.ceil(needed / 256)), rows
-        cap, have = arena.kv.shape[5], arena.kv.shape[3] // 2
-        if cap < needed:
-            cap = max(256 * math.ceil(needed / 256), 2 * cap)
-        return cap, max(rows, have)
+        return arena if arena.tails.dtype == _tails_dtype(request.mu) else None
 
     # -- one batch ------------------------------------------------------------------------------------
     def _run(self, batch: _Batch) -> None:
         device = batch.requests[0].mu.device
         if batch.oversize:  # a temporary arena of the exact size, freed after
             self._release_shared_for(batch, device)
-            arena = self._allocate(batch, 2 * batch.rows, batch.cap, device)
+            arena = self._view(self._allocate(batch, *self._elements(batch), device), batch)
         else:
             arena = self._arena_for(batch, device)
         io = batch_inputs(self.cfm, self.layout, batch.requests, batch.rows, batch.frames, batch.cap, device)
@@ -351,17 +342,21 @@ class EstimatorSolver:
             torch.cuda.empty_cache()
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
-        """A view of the shared arena for this batch (its first `slots` steps), (re)allocated when it is too
-        small."""
-        arena = self._compatible(batch.requests[0], batch.slots)
-        rows = 2 * batch.rows
-        if arena is None or arena.kv.shape[3] < rows or arena.kv.shape[5] < batch.cap:
-            rows_total = rows if arena is None else max(rows, arena.kv.shape[3])
-            cap = batch.cap if arena is None else max(batch.cap, arena.kv.shape[5])
+        """The shared arena viewed in this batch's shape; made larger (twice its size at least, within the
+        budget) when it cannot hold the batch."""
+        arena = self._compatible(batch.requests[0])
+        kv, tails = self._elements(batch)
+        if arena is None or arena.kv.numel() < kv or arena.tails.numel() < tails:
+            if arena is not None:
+                limit = self._budget(device) // arena.kv.element_size()
+                kv = max(kv, min(2 * arena.kv.numel(), limit))
+                tails = max(tails, 2 * arena.tails.numel())
             log.info(
-                "flow: work arena for %d CFG rows x %d context frames x %d Euler steps; %d CUDA graphs dropped",
-                rows_total,
-                cap,
+                "flow: work arena of %.2f GiB for %d CFG rows x %d context frames x %d Euler steps and smaller; "
+                "%d CUDA graphs dropped",
+                kv * torch.empty((), dtype=batch.dtype).element_size() / 2**30,
+                2 * batch.rows,
+                batch.cap,
                 batch.slots,
                 len(self._graphs),
             )
@@ -369,20 +364,34 @@ class EstimatorSolver:
             self._graphs.drop()  # the old arena's graphs die with it
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
-            arena = self._arena = self._allocate(batch, rows_total, cap, device)
-        slots = slice(0, batch.slots)
-        return WorkArena(arena.kv[slots, :, :, :rows, :, : batch.cap], arena.tails[slots, :rows])
+            arena = self._arena = self._allocate(batch, kv, tails, device)
+        return self._view(arena, batch)
+
+    def _elements(self, batch: _Batch) -> tuple[int, int]:
+        """(key/value, tail) elements of the batch's arena view."""
+        rows = 2 * batch.rows
+        kv = math.prod(self.layout.kv_shape(batch.slots, rows, batch.cap))
+        return kv, math.prod(self.layout.tail_shape(batch.slots, rows))
+
+    def _view(self, arena: _ArenaBuffer, batch: _Batch) -> WorkArena:
+        return self._shaped(arena, batch.slots, 2 * batch.rows, batch.cap)
+
+    def _shaped(self, arena: _ArenaBuffer, slots: int, rows: int, cap: int) -> WorkArena:
+        """The buffer's first elements as an arena of `slots` Euler steps, `rows` CFG rows and `cap` frames of
+        context (what a batch of that shape copies into, solves over and copies out of)."""
+        kv, tails = self.layout.kv_shape(slots, rows, cap), self.layout.tail_shape(slots, rows)
+        return WorkArena(arena.kv[: math.prod(kv)].view(kv), arena.tails[: math.prod(tails)].view(tails))
 
     @property
     def captures(self) -> int:
         """CUDA graphs captured (each costs about one eager pass plus the capture)."""
         return self._graphs.captures
 
-    def _allocate(self, batch: _Batch, rows: int, cap: int, device: torch.device) -> WorkArena:
-        """A zeroed arena of `rows` CFG rows, `cap` context frames and the batch's Euler step slots."""
-        tails = self.layout.tail_shape(batch.slots, rows)
-        return WorkArena(
-            torch.zeros(self.layout.kv_shape(batch.slots, rows, cap), dtype=batch.dtype, device=device),
+    def _allocate(self, batch: _Batch, kv: int, tails: int, device: torch.device) -> _ArenaBuffer:
+        """A zeroed buffer of `kv` key/value and `tails` tail elements in the batch's dtypes (zeros: what a
+        view holds beyond what was copied in is masked, and must be finite)."""
+        return _ArenaBuffer(
+            torch.zeros(kv, dtype=batch.dtype, device=device),
             torch.zeros(tails, dtype=_tails_dtype(batch.requests[0].mu), device=device),
         )
 
@@ -405,8 +414,7 @@ class EstimatorSolver:
     def _solve_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_batch` over the shared arena's view for these inputs' rows and context (what graphs run)."""
         io = SolveInputs(*inputs)
-        rows, cap, slots = 2 * io.x0.shape[0], io.bias.shape[-1], slice(0, io.t.shape[0])
-        arena = WorkArena(self._arena.kv[slots, :, :, :rows, :, :cap], self._arena.tails[slots, :rows])
+        arena = self._shaped(self._arena, io.t.shape[0], 2 * io.x0.shape[0], io.bias.shape[-1])
         return (solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io),)
 
 
