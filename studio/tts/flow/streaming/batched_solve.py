@@ -144,16 +144,16 @@ class EstimatorState:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
         if step is None:
             self.reserve(end, source)
-        steps = _steps(step)
+        steps, offset = _steps(step), 0
+        if self.fp8:  # the chunk's rows quantised at once; each page then takes its part as a plain copy
+            source, offset = source[:, :, :, :, :, start:end], start
+            scales = source.abs().amax(dim=-1, keepdim=True).float().clamp_min_(1e-12).div_(FP8_MAX)
+            source = (source.float() / scales).to(FP8)
         for index, first, rows, frame in self._spans(start, end):
-            values = source[:, :, :, :, :, frame : frame + rows]
-            into = self.pages[index][steps, :, :, :, :, first : first + rows]
-            if not self.fp8:
-                into.copy_(values)
-                continue
-            scale = values.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
-            self.scales[index][steps, :, :, :, :, first : first + rows] = scale
-            into.copy_(values.float() / scale)
+            part = slice(frame - offset, frame - offset + rows)
+            self.pages[index][steps, :, :, :, :, first : first + rows].copy_(source[:, :, :, :, :, part])
+            if self.fp8:
+                self.scales[index][steps, :, :, :, :, first : first + rows].copy_(scales[:, :, :, :, :, part])
 
     def copy_prefix(self, target: torch.Tensor, frames: int, step: int | None = None) -> None:
         """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames); with `step`,
