@@ -16,115 +16,48 @@ takes' calls (`FramePlan`s) runs the way CosyVoice2's batched solve does (tts/fl
 - the new frames' keys and values, and the convolutions' left inputs before the new kept boundary, are
   copied back into each take's state, which then stands exactly as after `solve_plans`.
 
-The arena grows (context by doubling from 512 frames, rows to the largest batch; growth drops its graphs)
-within a byte budget (``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena). A
-batch is split down to four takes with an arena of every Euler step, then runs a step at a time through an
-arena of one step (a tenth of the bytes; one graph, with the step's modulations as inputs, serves every step;
-`arena_tries`), and a call too large for it alone runs eagerly (`solve_plans`), which needs no arena. Off CUDA the
-solver runs the same static solve without graphs (what the tests compare).
+The arena is one flat buffer that each batch views in its own shape: its Euler step slots, CFG rows and
+context (`bucket_context` of its latest frame: 512, 768, 1024, 1536, ...), so short takes' batches hold more
+rows and attend over less than a long take's. It grows by doubling (dropping its graphs) within a byte budget
+(``STUDIO_FLOW_BATCH_MB``, else a fifth of the GPU, or the VRAM plan's flow arena). A batch is split down to
+four takes with an arena of every Euler step, then runs a step at a time through an arena of one step (a tenth
+of the bytes; one graph, with the step's modulations as inputs, serves every step; `arena_tries`), and a call
+too large for it alone runs eagerly (`solve_plans`), which needs no arena. Off CUDA the solver runs the same
+static solve (flow_static.py) without graphs (what the tests compare).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from studio import envs
-from studio.tts.cosyvoice3.dit import DiT, DiTAttention
+from studio.tts.cosyvoice3.dit import DiT
 from studio.tts.cosyvoice3.flow_solve import CFG_ROWS, FramePlan, solve_plans
+from studio.tts.cosyvoice3.flow_static import DiTArena, DiTSolveInputs, solve_static
 from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
     autocast_dtype,
     bucket_batch,
+    bucket_context,
     bucket_frames,
     capture_graph,
 )
 from studio.tts.device.transfer import to_device
 from studio.tts.device.vram_budget import arena_tries, default_arena_bytes
-from studio.tts.flow.masks import mask_to_bias
 
 log = logging.getLogger(__name__)
 
-MIN_CONTEXT = 512  # the arena's first context in frames (10 s of audio); it grows by doubling
 GRAPHS_KEPT = 48
 EAGER_FIRST = 1  # a shape runs eagerly once before its capture, which then needs no warm-up pass
 DEFAULT_MAX_BATCH = 32  # takes per solve, as CosyVoice2's (``STUDIO_FLOW_MAX_BATCH``)
-
-
-@dataclass
-class DiTSolveInputs:
-    """A padded batch of R takes' calls (2R CFG rows, F frames, `cap` context frames); all tensors, so a
-    captured graph reads them by address."""
-
-    x: torch.Tensor  # [R, F, 80]: each take's starting noise (zeros past its frames)
-    conditions: torch.Tensor  # [2R, F, 240]: prompt mel, token features and speaker per CFG row
-    angles: torch.Tensor  # [2R, F, dim_head]: rotary angles of each row's frames
-    write: torch.Tensor  # [2R, F] int64: each query's absolute frame (where its key and value go)
-    limit: torch.Tensor  # [2R, F] int64: each query sees the keys before this frame
-    left_columns: torch.Tensor  # [2R, kernel - 1] int64: the convolution inputs kept as the next left
-    block_modulation: torch.Tensor  # [steps, blocks, 6, 1, dim]
-    final_modulation: torch.Tensor  # [steps, 2, 1, dim]
-    step_sizes: torch.Tensor  # [steps]
-
-
-@dataclass
-class DiTArena:
-    kv: torch.Tensor  # [steps, blocks, 2 (keys, values), 2R, heads, cap, dim_head]
-    left: torch.Tensor  # [steps, 2 convolutions, 2R, dim, kernel - 1]
-
-
-# -- the static solve ---------------------------------------------------------------------------------------
-def solve_static(estimator: DiT, cfg_rate: float, arena: DiTArena, io: DiTSolveInputs) -> torch.Tensor:
-    """Every Euler step of the batch's rows -> x [R, F, 80]; writes each row's keys, values and position
-    convolutions' left inputs into the arena (what `solve_plans` writes into the takes' states)."""
-    x = io.x
-    cap = arena.kv.shape[5]
-    visible = torch.arange(cap, device=io.limit.device) < io.limit[:, None, :, None]  # [2R, 1, F, cap]
-    bias = mask_to_bias(visible, arena.kv.dtype)
-    for step in range(io.step_sizes.shape[0]):
-        velocity = _velocity(estimator, arena, io, bias, step, x).unflatten(0, (-1, CFG_ROWS))
-        x = x + io.step_sizes[step] * ((1.0 + cfg_rate) * velocity[:, 0] - cfg_rate * velocity[:, 1])
-    return x
-
-
-def _velocity(estimator: DiT, arena: DiTArena, io: DiTSolveInputs, bias, step: int, x) -> torch.Tensor:
-    """The DiT over every row at one Euler step -> velocity [2R, F, 80] (conditional, unconditional)."""
-    embed = estimator.input_embed
-    projected = embed.proj(torch.cat([x.repeat_interleave(CFG_ROWS, dim=0), io.conditions], dim=2))
-    left = arena.left[step]
-    positions, inputs = embed.conv_pos_embed.continued(projected, (left[0], left[1]))
-    for index, conv_input in enumerate(inputs):  # the inputs just before each row's new kept boundary
-        where = io.left_columns[:, None, :].expand(-1, conv_input.shape[1], -1)
-        left[index] = conv_input.gather(2, where)
-    h = positions + projected
-    kv = arena.kv[step]
-    for index, block in enumerate(estimator.transformer_blocks):
-
-        def attention(normed: torch.Tensor, attn: DiTAttention = block.attn, cache=kv[index]) -> torch.Tensor:
-            return _attend(attn, cache, io, bias, normed)
-
-        h = block.run(h, tuple(io.block_modulation[step, index]), attention)
-    return estimator.proj_out(estimator.norm_out.modulate(h, tuple(io.final_modulation[step])))
-
-
-def _attend(attn: DiTAttention, cache: torch.Tensor, io: DiTSolveInputs, bias, normed) -> torch.Tensor:
-    """Write the rows' keys and values at their frames in `cache` ([2, 2R, heads, cap, dim_head]), then
-    attend over it through the bias."""
-    query, key, value = attn.project(normed, io.angles)
-    where = io.write[None, :, None, :, None].expand(2, -1, attn.heads, -1, attn.dim_head)
-    cache.scatter_(3, where, torch.stack([key, value]).to(cache.dtype))
-    keys, values = cache[0].to(query.dtype), cache[1].to(query.dtype)  # no copy when the dtypes agree
-    bias = bias if bias.dtype == query.dtype else bias.to(query.dtype)  # autocast: the compute dtype
-    return attn.merge_heads(F.scaled_dot_product_attention(query, keys, values, attn_mask=bias))
 
 
 # -- batching, the arena and the graphs ---------------------------------------------------------------------
@@ -133,8 +66,7 @@ class _Batch:
     plans: list[FramePlan]
     rows: int  # takes, padded
     frames: int  # frames per take, padded
-    cap: int  # context frames of the arena the solve reads
-    arena_rows: int  # CFG rows of that arena (at least 2 x rows: it may be kept from a larger batch)
+    cap: int  # context frames of the arena view the solve reads
     steps: int  # Euler steps of the solve
     slots: int  # Euler steps the arena holds: all (one pass), or 1 (a step at a time)
 
@@ -157,7 +89,7 @@ class DiTGraphSolver:
         configured = envs.FLOW_MAX_BATCH.count()
         self.max_batch = int(max_batch or configured or DEFAULT_MAX_BATCH)
         self.budget_bytes = budget_bytes
-        self._arena: DiTArena | None = None
+        self._arena: DiTArena | None = None  # flat: `kv` and `left` 1-D, viewed per batch (`_shaped`)
         self._graphs = ShapeGraphs(
             "CosyVoice3 flow solve", self._run_static, GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
         )
@@ -232,66 +164,63 @@ class DiTGraphSolver:
         return (kv + left) * element
 
     def _plan(self, plans: list[FramePlan]) -> _Batch | None:
-        """The first batch from the head of `plans` whose arena fits the budget, in `arena_tries`' order (an
-        arena of every Euler step, then of one: a tenth of the bytes); None when not even the first plan's
+        """The first batch from the head of `plans` whose arena view fits the budget, in `arena_tries`' order
+        (an arena of every Euler step, then of one: a tenth of the bytes); None when not even the first plan's
         does."""
         first = plans[0]
         steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
         budget = self._budget(device)
-        one_step_arena = self._arena is not None and self._arena.kv.shape[0] == 1
-        for slots, count in arena_tries(len(plans), steps, one_step_arena):
+        for slots, count in arena_tries(len(plans), steps, one_step_arena=False):  # one buffer serves both
             chosen = plans[:count]
             rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
-            needed = max(plan.start for plan in chosen) + frames
-            grown_cap = max(MIN_CONTEXT, 256 * math.ceil(needed / 256))
-            shape = (chosen, rows, frames)
-            arena = self._compatible(steps, slots, dtype, device)
-            if arena is not None:
-                have_rows, have_cap = arena.kv.shape[3], arena.kv.shape[5]
-                cap = have_cap if have_cap >= needed else max(grown_cap, 2 * have_cap)
-                arena_rows = max(2 * rows, have_rows)
-                if self.arena_bytes(arena_rows, cap, slots, dtype) <= budget:
-                    return _Batch(*shape, cap, arena_rows, steps, slots)
-            if self.arena_bytes(2 * rows, grown_cap, slots, dtype) <= budget:  # a new arena, this size
-                return _Batch(*shape, grown_cap, 2 * rows, steps, slots)
+            cap = bucket_context(max(plan.start for plan in chosen) + frames)
+            if self.arena_bytes(2 * rows, cap, slots, dtype) <= budget:
+                return _Batch(chosen, rows, frames, cap, steps, slots)
         return None
 
-    def _compatible(
-        self, steps: int, slots: int, dtype: torch.dtype, device: torch.device
-    ) -> DiTArena | None:
-        """The shared arena, if it holds `slots` Euler steps (an arena of every step holds one too)."""
-        arena = self._arena
-        if arena is None or arena.kv.device != device or arena.kv.dtype != dtype:
-            return None
-        return arena if arena.kv.shape[0] in {slots, steps} and arena.kv.shape[0] >= slots else None
-
     def _arena_for(self, batch: _Batch, dtype: torch.dtype, device: torch.device) -> DiTArena:
-        """The shared arena's view for the batch (its first `slots` steps), made anew (graphs dropped) when it
-        is too small or unlike."""
-        rows, total, steps = 2 * batch.rows, batch.arena_rows, batch.slots
-        arena = self._compatible(batch.steps, steps, dtype, device)
-        if arena is None or arena.kv.shape[3] != total or arena.kv.shape[5] != batch.cap:
+        """The shared arena viewed in the batch's shape; made larger (twice its size at least, within the
+        budget; its graphs dropped) when it cannot hold the view."""
+        kv, left = self._elements(batch.slots, 2 * batch.rows, batch.cap)
+        arena = self._arena
+        if arena is not None and (arena.kv.device != device or arena.kv.dtype != dtype):
+            arena = None
+        if arena is None or arena.kv.numel() < kv or arena.left.numel() < left:
+            if arena is not None:
+                limit = self._budget(device) // arena.kv.element_size() - 2 * left
+                kv, left = max(kv, min(2 * arena.kv.numel(), limit)), max(left, 2 * arena.left.numel())
             log.info(
-                "CosyVoice3 flow: work arena for %d CFG rows x %d frames x %d Euler steps",
-                total,
+                "CosyVoice3 flow: work arena of %.2f GiB for %d CFG rows x %d frames x %d Euler steps and smaller",
+                kv * torch.empty((), dtype=dtype).element_size() / 2**30,
+                2 * batch.rows,
                 batch.cap,
-                steps,
+                batch.slots,
             )
             arena = self._arena = None  # freed before the new one is made, not beside it
             self._graphs.drop()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            self._arena = arena = self._allocate(steps, total, batch.cap, dtype, device)
-        slots = slice(0, steps)
-        return DiTArena(arena.kv[slots, :, :, :rows], arena.left[slots, :, :rows])
+            self._arena = arena = self._allocate(kv, left, dtype, device)
+        return self._shaped(batch.slots, 2 * batch.rows, batch.cap)
 
-    def _allocate(
-        self, steps: int, rows: int, cap: int, dtype: torch.dtype, device: torch.device
-    ) -> DiTArena:
-        """A zeroed arena of `steps` Euler step slots, `rows` CFG rows and `cap` context frames."""
+    def _elements(self, slots: int, rows: int, cap: int) -> tuple[int, int]:
+        """(key/value, left input) elements of an arena of `slots` steps, `rows` CFG rows, `cap` frames."""
         blocks = len(self.estimator.transformer_blocks)
-        kv = (steps, blocks, 2, rows, self._heads, cap, self._dim_head)
-        left = (steps, 2, rows, self._width, self._kernel - 1)
+        kv = slots * blocks * 2 * rows * self._heads * cap * self._dim_head
+        return kv, slots * 2 * rows * self._width * (self._kernel - 1)
+
+    def _shaped(self, slots: int, rows: int, cap: int) -> DiTArena:
+        """The buffer's first elements as an arena of `slots` Euler steps, `rows` CFG rows and `cap` frames of
+        context (what a batch of that shape copies into, solves over and copies out of)."""
+        blocks, (kv, left) = len(self.estimator.transformer_blocks), self._elements(slots, rows, cap)
+        return DiTArena(
+            self._arena.kv[:kv].view(slots, blocks, 2, rows, self._heads, cap, self._dim_head),
+            self._arena.left[:left].view(slots, 2, rows, self._width, self._kernel - 1),
+        )
+
+    def _allocate(self, kv: int, left: int, dtype: torch.dtype, device: torch.device) -> DiTArena:
+        """A zeroed flat buffer of `kv` key/value and `left` left-input elements (zeros: what a view holds
+        beyond what was copied in is masked, and must be finite)."""
         return DiTArena(
             torch.zeros(kv, dtype=dtype, device=device), torch.zeros(left, dtype=dtype, device=device)
         )
@@ -385,6 +314,7 @@ class DiTGraphSolver:
             to_device(write, device),
             to_device(limit, device),
             to_device(columns, device),
+            to_device(torch.arange(batch.cap), device),
             state.block_modulation,
             state.final_modulation,
             state.step_sizes,
@@ -401,8 +331,7 @@ class DiTGraphSolver:
     def _run_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_static` over the shared arena's rows for these inputs (what a graph captures)."""
         io = DiTSolveInputs(*inputs)
-        rows, slots = io.conditions.shape[0], slice(0, io.step_sizes.shape[0])
-        arena = DiTArena(self._arena.kv[slots, :, :, :rows], self._arena.left[slots, :, :rows])
+        arena = self._shaped(io.step_sizes.shape[0], io.conditions.shape[0], io.context.shape[0])
         return (solve_static(self.estimator, self._rate, arena, io),)
 
 

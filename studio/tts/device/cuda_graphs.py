@@ -102,10 +102,13 @@ def bucket_frames(frames: int) -> int:
     return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
 
 
+MIN_CONTEXT = 512  # the least key/value context a batched solve's arena view holds (10 s of audio)
+
+
 def bucket_context(frames: int) -> int:
-    """Key/value context a batch's graph attends over: 512 frames at least, then 768, 1024, 1536, 2048, 3072, ...
-    (each at most 1.5 times the one before: few shapes, little padded attention or arena)."""
-    context = 512
+    """Key/value context a batch's graph attends over: `MIN_CONTEXT` frames at least, then 768, 1024, 1536,
+    2048, 3072, ... (each at most 1.5 times the one before: few shapes, little padded attention or arena)."""
+    context = MIN_CONTEXT
     while context < frames:
         context = context * 3 // 2 if context & (context - 1) == 0 else context * 4 // 3
     return context

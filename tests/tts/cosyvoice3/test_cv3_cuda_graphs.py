@@ -12,9 +12,10 @@ import copy
 import pytest
 import torch
 
-from studio.tts.cosyvoice3.flow_graphs import MIN_CONTEXT, attach_dit_graphs
+from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
 from studio.tts.cosyvoice3.hift_batch import HiftPush, attach_hift_graphs, push_many
 from studio.tts.cosyvoice3.hift_stream import CausalHiftStream
+from studio.tts.device.cuda_graphs import MIN_CONTEXT
 from tests.tts.cosyvoice3 import test_cv3_hift_stream
 from tests.tts.cosyvoice3.test_cv3_flow_graphs import Take, run_to_the_end
 from tests.tts.cosyvoice3.test_cv3_flow_stream import small_flow

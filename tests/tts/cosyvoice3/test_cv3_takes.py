@@ -281,7 +281,8 @@ def test_takes_through_the_graphed_flow_solve_equal_their_own(voice, prompt_wav,
     """The flow's solve graphed (`DiTGraphSolver`, as the loader attaches it on CUDA; here its stand-in capture)
     under the scheduler: two takes at once, then again (replayed shapes), each equal to its take without it; with
     an arena budget of one Euler step for two takes, a step at a time."""
-    from studio.tts.cosyvoice3.flow_graphs import MIN_CONTEXT, attach_dit_graphs
+    from studio.tts.cosyvoice3.flow_graphs import attach_dit_graphs
+    from studio.tts.device.cuda_graphs import MIN_CONTEXT
     from tests.tts.cosyvoice3.test_cv3_flow_graphs import keep_arena_on_capture
     from tests.tts.test_encoder_graphs import replaying_capture
 
