@@ -54,7 +54,10 @@ class RecentlyUsed(Generic[V]):
 
 class RecentlyUsedBytes(Generic[S]):
     """Values by key within `max_bytes` (each value's ``nbytes``), the least recently used dropped first;
-    counts hits, misses, evictions and values refused for being larger than the whole budget."""
+    counts hits, misses, evictions and values refused for being larger than the whole budget.
+
+    A pinned key (`pin`, once per user; `unpin` when done) is never dropped: a value that would need it
+    dropped to fit is not kept instead."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
@@ -62,6 +65,7 @@ class RecentlyUsedBytes(Generic[S]):
         self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = self.misses = self.evictions = self.rejected = 0
+        self._pins: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -114,10 +118,38 @@ class RecentlyUsedBytes(Generic[S]):
             self._entries[key] = value
             self.nbytes += value.nbytes
             while self.nbytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.nbytes -= evicted.nbytes
-                self.evictions += 1
+                victim = next((k for k in self._entries if not self._pins.get(k)), None)
+                if (
+                    victim is None
+                ):  # only pinned values (one replaced under its pinned key): kept until unpinned
+                    break
+                self.nbytes -= self._entries.pop(victim).nbytes
+                self.evictions += victim != key
+                if victim == key:
+                    self.rejected += 1
+                    return False
             return True
+
+    def pin(self, key: Hashable) -> bool:
+        """Keep `key`'s value until as many `unpin` calls: False (nothing pinned) when it has none."""
+        with self._lock:
+            if key not in self._entries:
+                return False
+            self._pins[key] = self._pins.get(key, 0) + 1
+            return True
+
+    def unpin(self, key: Hashable) -> None:
+        with self._lock:
+            left = self._pins.get(key, 0) - 1
+            if left > 0:
+                self._pins[key] = left
+            else:
+                self._pins.pop(key, None)
+
+    def pinned(self) -> int:
+        """Keys pinned now."""
+        with self._lock:
+            return len(self._pins)
 
     def clear(self) -> None:
         with self._lock:

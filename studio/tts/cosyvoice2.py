@@ -28,6 +28,7 @@ from studio.tts.memory import (
     lean_take_state_bytes,
     plan_before_vllm,
     plan_budget,
+    shared_prompt_bytes,
     take_state_bytes,
 )
 from studio.tts.pipeline import run_take
@@ -365,6 +366,11 @@ class CosyVoice2:
     def take_state_bytes(self, prompt_frames: int, max_tokens: int) -> int:
         """What a take's state can grow to on the device (the `TakeGate` reserves it)."""
         return take_state_bytes(self.model, prompt_frames, max_tokens)
+
+    def shared_prompt_bytes(self, stream, prompt_frames: int, max_tokens: int) -> int:
+        """What a take admitted by `take_state_bytes` does not hold because its stream reads its prompt's state
+        in place from the prompt cache (pinned there until the take ends)."""
+        return shared_prompt_bytes(self.model, prompt_frames, max_tokens, stream.shared_prompt_frames)
 
     def lean_take_state_bytes(self, prompt_frames: int) -> int | None:
         """What a take that keeps no flow state holds (it solves its frames again at every chunk, upstream's

@@ -89,6 +89,15 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     return _estimator_bytes(parts, frames) + int(encoder_bytes)
 
 
+def shared_prompt_bytes(parts, prompt_frames: int, speech_tokens: int, shared_frames: int) -> int:
+    """What a take admitted by `take_state_bytes(parts, prompt_frames, speech_tokens)` never holds when it reads
+    `shared_frames` of its prompt's estimator state in place (a pinned prompt cache entry): the pages of those
+    frames (its own frames start after them). Its encoder state is its own copy, so it counts in full."""
+    frames = int(prompt_frames) + int(getattr(parts.flow, "token_mel_ratio", 2)) * int(speech_tokens)
+    shared = min(int(shared_frames), frames)
+    return _estimator_bytes(parts, frames) - _estimator_bytes(parts, frames - shared) if shared > 0 else 0
+
+
 def lean_take_state_bytes(parts, prompt_frames: int) -> int:
     """What a take that keeps no estimator state holds (`IncrementalFlow(keep_estimator=False)`): the pages
     of its prompt's frames while its first call keeps them for the prompt cache, and the conv tails; its

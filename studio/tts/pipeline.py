@@ -83,13 +83,19 @@ def _sentence(
 
     if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
         # the reservation covers the longest the take can grow (its token bound), never an expected length
-        need = voice.take_state_bytes(prompt.flow_feat.shape[1], max_len)
+        prompt_frames = prompt.flow_feat.shape[1]
+        need = voice.take_state_bytes(prompt_frames, max_len)
         lean = None
         if spec.stream and envs.LEAN_TAKES.enabled():  # opt-in: measured slower at 24 GiB (perf-history.md)
             lean = voice.lean_take_state_bytes(prompt.flow_feat.shape[1])
         with voice.take_gate.admitted(need, cancel, lean_bytes=lean) as admission:
             if admission:
-                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, not admission.lean)
+
+                def shared(stream) -> None:  # its prompt's frames read in place: not the take's to hold
+                    admission.release(voice.shared_prompt_bytes(stream, prompt_frames, max_len))
+
+                keep = not admission.lean
+                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, keep, shared)
         return
     yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
 
@@ -102,7 +108,10 @@ def _sentence_audio(
     cancel,
     seed: int,
     keep_flow_state: bool = True,
+    on_first_chunk=None,
 ) -> Iterator[dict]:
+    """The take's audio chunks; `on_first_chunk(stream)` runs once its first chunk is made (the prompt's state
+    then restored from the cache or computed)."""
     # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
     producer = SpeechTokenProducer(
         generate, cancel, intra_op_threads=voice.llm_threads, keep=voice.token_filter()
@@ -118,6 +127,9 @@ def _sentence_audio(
                 break
             tokens = producer.snapshot()
             speech, times = stream.chunk(tokens)
+            if on_first_chunk is not None:
+                on_first_chunk(stream)
+                on_first_chunk = None
             new, used = stream.token_offset - used, stream.token_offset
             yield _chunk(speech, times, producer.take_llm_seconds(), new)
         producer.wait_for(None)

@@ -3,7 +3,10 @@ come, first served) instead of failing, and runs as soon as enough running takes
 larger than the whole budget runs alone. A queued take that is cancelled leaves the queue at once.
 
 A take that can also run lean (keeping no flow state: it solves its frames again at every chunk, upstream's
-way, for more GPU work) is admitted lean at once when its kept state does not fit but its lean one does."""
+way, for more GPU work) is admitted lean at once when its kept state does not fit but its lean one does.
+
+A take that finds it will hold less than it was admitted by gives the rest back (`Admission.release`): a take
+whose prompt state is read in place from the prompt cache does not hold its prompt's frames itself."""
 
 from __future__ import annotations
 
@@ -17,11 +20,17 @@ from dataclasses import dataclass
 POLL_S = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass
 class Admission:
-    """A take let in: ``lean`` when by its lean need (it keeps no flow state)."""
+    """A take let in: ``lean`` when by its lean need (it keeps no flow state); it holds ``held`` bytes."""
 
+    gate: TakeGate
+    held: int
     lean: bool = False
+
+    def release(self, nbytes: int) -> None:
+        """Give back `nbytes` the take will not use after all (at most what it holds): waiting takes may fit."""
+        self.gate._give_back(self, nbytes)
 
 
 class TakeGate:
@@ -38,6 +47,8 @@ class TakeGate:
         self._condition = threading.Condition()
         self.queued_total = 0  # takes that had to wait (a counter for bench and tests)
         self.lean_total = 0  # takes admitted lean
+        self.released_total = 0  # bytes given back by takes that held less than they were admitted by
+        self.running_peak = 0  # the most takes running at once
         self._waiting_threads: set[int] = set()  # the threads of the takes waiting now
 
     @property
@@ -79,6 +90,7 @@ class TakeGate:
             self._queue.popleft()
             self.used += need
             self.running += 1
+            self.running_peak = max(self.running_peak, self.running)
             self.queued_total += waited
             self._condition.notify_all()  # the next in line may fit too
             return need
@@ -95,10 +107,19 @@ class TakeGate:
         if taken is None:
             yield None
             return
+        admission = Admission(self, taken, lean=taken < need)
         try:
-            yield Admission(lean=taken < need)
+            yield admission
         finally:
             with self._condition:
-                self.used -= taken
+                self.used -= admission.held
                 self.running -= 1
                 self._condition.notify_all()
+
+    def _give_back(self, admission: Admission, nbytes: int) -> None:
+        with self._condition:
+            given = min(max(0, int(nbytes)), admission.held)
+            admission.held -= given
+            self.used -= given
+            self.released_total += given
+            self._condition.notify_all()

@@ -146,6 +146,7 @@ class Token2WavStream(ChunkedTake):
                     cache=cache,
                     recompute_encoder=batched_encoder(self.scheduled),
                     keep_estimator=self.keep_flow_state,
+                    pin_prompt=self.keep_flow_state,  # a kept take gives back its prompt's share (pipeline)
                 )
             else:
                 self.incremental = False
@@ -153,9 +154,17 @@ class Token2WavStream(ChunkedTake):
             scheduler_for(self.flow).expect(self)  # takes started together may share their first tick
 
     def close(self) -> None:
-        """The take ended (done, cancelled or failed): the flow's scheduler stops expecting its first chunk."""
-        if self._incremental is not None and self.scheduled:
-            scheduler_for(self.flow).forget(self)
+        """The take ended (done, cancelled or failed): the flow's scheduler stops expecting its first chunk,
+        and the prompt state it read from the cache may be dropped again."""
+        if self._incremental is not None:
+            self._incremental.release_prompt()
+            if self.scheduled:
+                scheduler_for(self.flow).forget(self)
+
+    @property
+    def shared_prompt_frames(self) -> int:
+        """Prompt frames this take reads in place from the pinned prompt cache (`IncrementalFlow`)."""
+        return 0 if self._incremental is None else self._incremental.shared_prompt_frames
 
     # -- rendering (`ChunkedTake` schedules the chunks) ------------------------------------------
     def _render(self, tokens: list[int], finalize: bool) -> tuple[torch.Tensor, StageTimes]:

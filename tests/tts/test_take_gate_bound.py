@@ -102,6 +102,63 @@ def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
         model.take_gate = None
 
 
+def test_takes_reading_a_cached_prompt_in_place_give_its_share_back_so_more_run_at_once(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """With the voice's prompt state cached, each take reads its prompt's frames in place and gives their
+    share of its reservation back after its first chunk: a budget for two takes at their bound then runs
+    three at once, none fails, the states alive never pass the simulated card, and the cache entry is pinned
+    only while takes use it. The audio equals each take run alone."""
+    from studio.tts.flow.streaming.prompt_cache import default_cache
+    from studio.tts.memory import shared_prompt_bytes
+
+    model = tiny_cosyvoice
+    spec = dict(
+        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
+    )
+    seeds = (11, 12, 13)
+    alone = {  # also fills the prompt cache
+        seed: torch.cat([c["tts_speech"] for c in model.synthesize(SynthesisSpec(**spec, seed=seed))], dim=1)
+        for seed in seeds
+    }
+    cache = default_cache(torch.device("cpu"))
+    assert cache.pinned() == 0
+    bound = 20 * len(model._encode(TEXT))
+    one_take = take_state_bytes(model.model, 2 * 50, bound)
+    shared = shared_prompt_bytes(model.model, 2 * 50, bound, 50)  # the cached boundary: 25 tokens, 50 frames
+    assert 0 < shared < one_take
+    capacity = 3 * one_take - 2 * shared  # two takes at their bound, or three once two gave their share back
+    card = SimulatedCard(capacity)
+    card.install(monkeypatch)
+    model.take_gate = gate = TakeGate(capacity)
+    audio, errors, pins, start = {}, [], [], threading.Barrier(len(seeds))
+
+    def run(seed):
+        try:
+            start.wait()
+            chunks = []
+            for chunk in model.synthesize(SynthesisSpec(**spec, seed=seed)):
+                chunks.append(chunk["tts_speech"])
+                pins.append(cache.pinned())
+            audio[seed] = torch.cat(chunks, dim=1)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert not errors, [str(e) for e in errors]
+        assert gate.running_peak == 3 and gate.released_total >= 2 * shared and gate.used == 0
+        assert 0 < card.peak <= capacity and max(pins) == 1 and cache.pinned() == 0
+        for seed in seeds:
+            assert (audio[seed] - alone[seed]).norm() / alone[seed].norm() < 1e-4
+    finally:
+        model.take_gate = None
+
+
 def test_a_growth_past_the_simulated_card_is_the_take_failing_for_memory(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):

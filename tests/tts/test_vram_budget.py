@@ -130,6 +130,52 @@ def test_the_gate_queues_in_order_admits_what_fits_and_lets_a_cancelled_take_go(
         assert admitted
 
 
+def test_bytes_a_take_gives_back_let_a_waiting_take_in_at_once():
+    """A take that will hold less than it was admitted by (its prompt read in place from the cache) gives the
+    rest back; the take waiting behind it runs while it still does. No more than it holds is given back."""
+    gate = TakeGate(100)
+    released, admitted_second = threading.Event(), threading.Event()
+
+    def first():
+        with gate.admitted(80) as admission:
+            admission.release(30)
+            admission.release(500)  # more than it holds: it holds nothing more, never a negative
+            assert admission.held == 0
+            released.set()
+            assert admitted_second.wait(5)  # the second runs beside this one
+
+    def second():
+        released.wait(5)
+        with gate.admitted(60):
+            admitted_second.set()
+
+    threads = [threading.Thread(target=f) for f in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert admitted_second.is_set() and gate.running_peak == 2
+    assert gate.used == 0 and gate.released_total == 80
+
+
+def test_a_pinned_cache_entry_stays_until_its_last_user_unpins_it():
+    from studio.recent import RecentlyUsedBytes
+
+    class Value:
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+
+    cache = RecentlyUsedBytes(100)
+    assert cache.put("a", Value(60)) and cache.pin("a") and cache.pin("a")
+    assert not cache.pin("missing")
+    assert not cache.put("b", Value(60))  # only by dropping the pinned "a": not kept instead
+    assert "a" in cache and "b" not in cache and cache.rejected == 1 and cache.evictions == 0
+    cache.unpin("a")
+    assert not cache.put("b", Value(60)) and cache.pinned() == 1  # one user left
+    cache.unpin("a")
+    assert cache.put("b", Value(60)) and "a" not in cache and cache.pinned() == 0 and cache.evictions == 1
+
+
 def test_takes_beyond_the_budget_queue_and_all_finish(tiny_cosyvoice, prompt_wav16k):
     model = tiny_cosyvoice
     spec = dict(text="Queued takes all finish.", prompt_wav=prompt_wav16k, prompt_text="A prompt.",

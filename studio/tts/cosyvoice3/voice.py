@@ -118,3 +118,6 @@ class CosyVoice3(CosyVoice2):
 
     def lean_take_state_bytes(self, prompt_frames: int) -> int | None:
         return None  # the DiT stream keeps its keys and values: a take waits for them to fit
+
+    def shared_prompt_bytes(self, stream, prompt_frames: int, max_tokens: int) -> int:
+        return 0  # a take's DiT state holds its prompt's frames itself, cached or not

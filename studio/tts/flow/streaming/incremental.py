@@ -85,6 +85,7 @@ class IncrementalFlow:
         cache=None,
         recompute_encoder: bool = False,
         keep_estimator: bool = True,
+        pin_prompt: bool = False,
     ):
         self.flow = flow
         # False: keeps no estimator keys/values between calls; each call solves the take's frames again from
@@ -97,6 +98,10 @@ class IncrementalFlow:
         self.restored = None  # the prompt cache's snapshot this request started from, if any
         self.state_fp8 = envs.FLOW_STATE_FP8.enabled()  # its estimator states keep float8 pages
         self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
+        # True: a prompt state restored from the cache stays in it (pinned) until `release_prompt`, so a take
+        # need not count the prompt's frames it reads in place (`shared_prompt_frames`) against its budget
+        self.pin_prompt = pin_prompt
+        self.pinned: tuple | None = None  # (cache, key) of the pinned prompt state
         self.mark: int | None = (
             None  # token position whose state the next call also keeps (see `cached_encoder.Window`)
         )
@@ -142,6 +147,18 @@ class IncrementalFlow:
         from studio.tts.flow.streaming.prompt_cache import restore  # prompt_cache imports this module
 
         restore(self, self.restored)
+
+    @property
+    def shared_prompt_frames(self) -> int:
+        """Frames of the pinned prompt state this request reads in place and never holds itself (0: none)."""
+        return self.estimator_state.base_length if self.pinned is not None else 0
+
+    def release_prompt(self) -> None:
+        """The request ended: its pinned prompt state may leave the cache again."""
+        if self.pinned is not None:
+            cache, key = self.pinned
+            self.pinned = None
+            cache.unpin(key)
 
     def prompt_boundary(self) -> int:
         """Prompt tokens whose cached state depends on the prompt alone (`prompt_boundary`)."""

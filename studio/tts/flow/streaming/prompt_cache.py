@@ -158,6 +158,8 @@ class PromptFlowCache(RecentlyUsedBytes[PromptSnapshot]):
         if snap is None:
             return key
         restore(flow, snap)
+        if flow.pin_prompt and self.pin(key):
+            flow.pinned = (self, key)
         return None
 
     @torch.inference_mode()
