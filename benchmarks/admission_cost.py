@@ -1,7 +1,8 @@
 """What admission by a take's token bound costs in concurrency: the takes a VRAM plan's take share holds at
 once for a workload (studio/workloads.py), computed with the runtime's own estimate (`take_state_bytes`)
 on the full-size flow built on the meta device (no weights, no GPU). Compared: the bound (what the gate
-reserves), the state at rest (keys/values of the take's own frames, no growth headroom, no prompt), and,
+reserves), the same once a take whose prompt state is cached gives its prompt's share back (it reads those
+frames in place), the state at rest (keys/values of the take's own frames, no growth headroom, no prompt), and,
 for a real model that stops by itself, the bound of its text (20 speech tokens per text token). Then the flow's
 work arena (`--arena-share-gib`, by default as large as the take share: the plan splits what is left in halves):
 how many takes one batched solve holds at the context of a median and of a long take, with an arena of every
@@ -23,8 +24,9 @@ import torch
 from studio import workloads
 from studio.tts.config import read_config
 from studio.tts.fabricate import yaml_template
+from studio.tts.flow.streaming.incremental import prompt_boundary
 from studio.tts.flow.streaming.solver import solver_for
-from studio.tts.memory import STATE_STEPS, take_state_bytes
+from studio.tts.memory import STATE_STEPS, shared_prompt_bytes, take_state_bytes
 
 GIB = 2**30
 TAKES_SHARE_24 = (
@@ -60,6 +62,11 @@ def main() -> None:
         "state at rest (own frames x per-frame bytes)": [per_frame * 2 * t.speech_tokens for t in takes],
         "reserved, exact length (bench --workload)": [
             take_state_bytes(parts, p, t.speech_tokens) for t, p in zip(takes, prompt_frames, strict=True)
+        ],
+        "reserved, exact length, prompt read in place (cached)": [
+            take_state_bytes(parts, p, t.speech_tokens)
+            - shared_prompt_bytes(parts, p, t.speech_tokens, 2 * prompt_boundary(flow, p // 2))
+            for t, p in zip(takes, prompt_frames, strict=True)
         ],
         "reserved, a real model's text bound (20 x text tokens)": [
             take_state_bytes(parts, p, 20 * n) for p, n in zip(prompt_frames, text_tokens, strict=True)
