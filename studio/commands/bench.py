@@ -162,7 +162,12 @@ def gate_counters(loaded) -> dict:
     gate = getattr(loaded.model, "take_gate", None)
     if gate is None:
         return {}
-    return {"queued_takes": gate.queued_total, "lean_takes": gate.lean_total, "capacity_bytes": gate.capacity}
+    return {
+        "queued_takes": gate.queued_total,
+        "lean_takes": gate.lean_total,
+        "released_bytes": gate.released_total,  # given back by takes reading a cached prompt in place
+        "capacity_bytes": gate.capacity,
+    }
 
 
 def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:

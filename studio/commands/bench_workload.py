@@ -177,6 +177,9 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
     takes = workloads.takes(args.workload, count, args.seed, args.voices)
     vram.new_window()
     counters, gate_before = flow_counters(loaded), gate_counters(loaded)
+    gate = getattr(loaded.model, "take_gate", None)
+    if gate is not None:
+        gate.running_peak = gate.running  # this level's peak from here
     start = time.perf_counter()
     deadline = None if args.seconds is None else start + args.seconds
     run = open_loop if open_level else closed_loop
@@ -190,8 +193,13 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
         **figures,
         **{  # takes that waited for memory, and takes admitted lean (no flow state kept) instead
             name: gate_counters(loaded).get(key, 0) - gate_before.get(key, 0)
-            for name, key in (("queued", "queued_takes"), ("lean", "lean_takes"))
+            for name, key in (
+                ("queued", "queued_takes"),
+                ("lean", "lean_takes"),
+                ("released", "released_bytes"),
+            )
         },
+        "admitted_at_once": None if gate is None else gate.running_peak,  # the most takes the gate let run
         "peak_vram_gib": None if peak is None else peak / GIB,
         "take_seconds": workloads.percentiles([t.seconds for t in takes[: len(records)]]),
         "rtf": workloads.percentiles([r["rtf"] for r in records if "rtf" in r]),
@@ -208,6 +216,11 @@ def print_level(level: dict) -> None:
         f"{level['underruns']} underruns ({level['takes_with_underrun']} takes), {level['errors']} errors, "
         f"goodput {level['goodput_takes_per_s']:.2f} takes/s ({level['goodput_share']:.0%}), "
         f"{level['audio_seconds_per_second']:.2f} audio-s/s, {level['queued']} queued for memory, {level.get('lean', 0)} lean"
+        + (
+            ""
+            if level.get("admitted_at_once") is None
+            else f", at most {level['admitted_at_once']} admitted at once"
+        )
         + ("" if peak is None else f", peak VRAM {peak:.1f} GiB"),
         flush=True,
     )
