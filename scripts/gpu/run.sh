@@ -9,8 +9,8 @@
 #                audio against the takes' own threads (benchmarks/probes/*_check.py)
 #   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload24 alone)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
-#   share24      the 24 GiB level with float8 states and a fifth of the rest for the flow's arena
-#                (STUDIO_FLOW_ARENA_SHARE=0.2: batches beyond it run a step at a time)
+#   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
+#                batches beyond it run a step at a time), in fp16 and with float8 states
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
@@ -80,7 +80,9 @@ fp8() {  # the takes' flow state in float8: the 24 GiB level with it, and its er
 }
 
 share24() {  # the 24 GiB level with a fifth of the rest for the flow's arena (its batches then run a step at a
-  # time when an arena of every step would not fit) and the takes' states in float8: more takes fit at once
+  # time when an arena of every step would not fit): in fp16, then with the takes' states in float8
+  STUDIO_FLOW_ARENA_SHARE=0.2 workload_bench sentences-c16-budget24-share02 200 \
+    --workload sentences --concurrency 16 --takes 64 --vram-budget 24
   STUDIO_FLOW_ARENA_SHARE=0.2 STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-share02-fp8 200 \
     --workload sentences --concurrency 16 --takes 64 --vram-budget 24
 }
