@@ -64,6 +64,26 @@ class SimulatedCard:
         monkeypatch.setattr(KVBuffer, "extend", extend_on_card)
 
 
+def run_together(work, seeds, barrier: bool = False) -> list[Exception]:
+    """`work(seed)` on a thread per seed (started at one moment with `barrier`), all joined: what they raised."""
+    errors, start = [], threading.Barrier(len(seeds))
+
+    def run(seed):
+        try:
+            if barrier:
+                start.wait()
+            work(seed)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return errors
+
+
 def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):
@@ -79,21 +99,14 @@ def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
     card = SimulatedCard(capacity)
     card.install(monkeypatch)
     model.take_gate = TakeGate(capacity)
-    lengths, errors = {}, []
+    lengths = {}
 
     def run(seed):
-        try:
-            chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
-            lengths[seed] = chunks[-1]["speech_tokens"]
-        except Exception as exc:  # noqa: BLE001 - the test reports it
-            errors.append(exc)
+        chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
+        lengths[seed] = chunks[-1]["speech_tokens"]
 
     try:
-        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(5)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+        errors = run_together(run, range(5))
         assert not errors, [str(e) for e in errors]
         assert sorted(lengths) == list(range(5)) and set(lengths.values()) == {bound}  # ran to the bound
         assert model.take_gate.queued_total >= 1 and model.take_gate.used == 0
@@ -131,25 +144,17 @@ def test_takes_reading_a_cached_prompt_in_place_give_its_share_back_so_more_run_
     card = SimulatedCard(capacity)
     card.install(monkeypatch)
     model.take_gate = gate = TakeGate(capacity)
-    audio, errors, pins, start = {}, [], [], threading.Barrier(len(seeds))
+    audio, pins = {}, []
 
     def run(seed):
-        try:
-            start.wait()
-            chunks = []
-            for chunk in model.synthesize(SynthesisSpec(**spec, seed=seed)):
-                chunks.append(chunk["tts_speech"])
-                pins.append(cache.pinned())
-            audio[seed] = torch.cat(chunks, dim=1)
-        except Exception as exc:  # noqa: BLE001 - the test reports it
-            errors.append(exc)
+        chunks = []
+        for chunk in model.synthesize(SynthesisSpec(**spec, seed=seed)):
+            chunks.append(chunk["tts_speech"])
+            pins.append(cache.pinned())
+        audio[seed] = torch.cat(chunks, dim=1)
 
     try:
-        threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+        errors = run_together(run, seeds, barrier=True)
         assert not errors, [str(e) for e in errors]
         assert gate.running_peak == 3 and gate.released_total >= 2 * shared and gate.used == 0
         assert 0 < card.peak <= capacity and max(pins) == 1 and cache.pinned() == 0
@@ -192,22 +197,14 @@ def test_takes_beyond_the_budget_run_lean_at_once_with_the_same_audio(
         for seed in seeds
     }
     model.take_gate = gate = TakeGate(capacity)
-    audio, errors, start = {}, [], threading.Barrier(4)
+    audio = {}
 
     def run(seed):
-        try:
-            start.wait()
-            chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
-            audio[seed] = torch.cat([c["tts_speech"] for c in chunks], dim=1)
-        except Exception as exc:  # noqa: BLE001 - the test reports it
-            errors.append(exc)
+        chunks = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))
+        audio[seed] = torch.cat([c["tts_speech"] for c in chunks], dim=1)
 
     try:
-        threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+        errors = run_together(run, seeds, barrier=True)
         assert not errors, [str(e) for e in errors]
         assert sorted(audio) == [3, 4, 5, 6] and gate.lean_total >= 2 and gate.used == 0
         assert card.peak <= capacity
