@@ -224,7 +224,7 @@ def describe(stats) -> str:
 
 def counters(loaded) -> dict[str, float]:
     """The flow's counters as bench reports them (solver batches and captures, scheduler ticks and turns)."""
-    from studio.commands.bench import flow_counters
+    from studio.commands.bench_counters import flow_counters
 
     return {k: float(v) for k, v in flow_counters(loaded).items() if isinstance(v, (int, float))}
 

@@ -17,8 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from studio.commands.bench_counters import flow_counters, gate_counters
 from studio.commands.vram_sampler import VramSampler
-from studio.model_layout import COSYVOICE3, family_of
+from studio.model_layout import family_of
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the studio keeps reading without a pause."
 
@@ -118,56 +119,6 @@ def speed_variables_set() -> dict[str, str]:
     from studio import envs
 
     return {var.name: var.raw() for var in envs.ALL if var.speed and var.raw() is not None}
-
-
-def flow_counters(loaded) -> dict[str, int]:
-    """The streaming flow's counters (how chunks batched, graphs captured, scheduler ticks), if any."""
-    from studio.tts.flow.streaming.solver import solver_stats
-    from studio.tts.scheduler import scheduler_stats
-
-    parts = getattr(loaded.model, "model", None)
-    flow = getattr(parts, "flow", None)
-    if flow is None:
-        return {}
-    if getattr(parts, "family", None) == COSYVOICE3:
-        from studio.tts.cosyvoice3.flow_graphs import dit_flow_stats
-
-        return {**dit_flow_stats(flow, getattr(parts, "hift", None)), **prompt_cache_counters(parts)}
-    encoder, hift = (
-        getattr(flow, "encoder_graphs", None),
-        getattr(getattr(parts, "hift", None), "graphs", None),
-    )
-    captures = {  # the encoder's and HiFT's CUDA graphs (the solver's are `captures`)
-        "encoder_captures": 0 if encoder is None else encoder.captures,
-        "hift_captures": 0 if hift is None else hift.captures,
-    }
-    return {**solver_stats(flow), **scheduler_stats(flow), **captures, **prompt_cache_counters(parts)}
-
-
-def prompt_cache_counters(parts) -> dict[str, int]:
-    """The family's per-voice prompt cache on the model's device: hits, misses, evictions and refusals (a voice
-    whose prompt state was evicted computes it again in its take's first chunk)."""
-    if getattr(parts, "family", None) == COSYVOICE3:
-        from studio.tts.cosyvoice3.flow_prompt_cache import default_prompt_cache as default
-    else:
-        from studio.tts.flow.streaming.prompt_cache import default_cache as default
-    cache = default(parts.device)
-    if cache is None:
-        return {}
-    stats = cache.stats()
-    return {f"prompt_cache_{key}": stats[key] for key in ("hits", "misses", "evictions", "rejected")}
-
-
-def gate_counters(loaded) -> dict:
-    gate = getattr(loaded.model, "take_gate", None)
-    if gate is None:
-        return {}
-    return {
-        "queued_takes": gate.queued_total,
-        "lean_takes": gate.lean_total,
-        "released_bytes": gate.released_total,  # given back by takes reading a cached prompt in place
-        "capacity_bytes": gate.capacity,
-    }
 
 
 def bench_concurrency(loaded, make_request, concurrency: int, runs: int, warmup_rounds: int = 1) -> dict:

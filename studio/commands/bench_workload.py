@@ -168,7 +168,7 @@ def level_takes(args, level: float, open_loop_level: bool) -> int:
 
 
 def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, open_level: bool) -> dict:
-    from studio.commands.bench import flow_counters, gate_counters
+    from studio.commands.bench_counters import flow_counters, gate_counters
 
     count = level_takes(args, level, open_level)
     warm = workloads.takes(args.workload, 4 if open_level else int(level), args.seed + 1, args.voices)

@@ -87,7 +87,7 @@ def _sentence(
         need = voice.take_state_bytes(prompt_frames, max_len)
         lean = None
         if spec.stream and envs.LEAN_TAKES.enabled():  # opt-in: measured slower at 24 GiB (perf-history.md)
-            lean = voice.lean_take_state_bytes(prompt.flow_feat.shape[1])
+            lean = voice.lean_take_state_bytes(prompt_frames)
         with voice.take_gate.admitted(need, cancel, lean_bytes=lean) as admission:
             if admission:
 

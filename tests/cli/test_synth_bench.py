@@ -154,7 +154,7 @@ def test_bench_logs_the_flows_work_arena_and_counts_every_graph_cache(
         "--runs", "1", "--tokens", "30", "--json", str(report_path), "--log-graphs",
     ])  # fmt: skip
     assert rc == 0
-    assert "flow: work arena for" in capsys.readouterr().err  # when a take would have stalled, and why
+    assert "flow: work arena of" in capsys.readouterr().err  # when a take would have stalled, and why
     (level,) = json.loads(report_path.read_text())["backends"][0]["levels"]
     counters = level["flow_solver"]
     assert counters["jobs"] >= 2 and counters["captures"] == counters["encoder_captures"] == 0  # no GPU
