@@ -119,9 +119,8 @@ class RecentlyUsedBytes(Generic[S]):
             self.nbytes += value.nbytes
             while self.nbytes > self.max_bytes:
                 victim = next((k for k in self._entries if not self._pins.get(k)), None)
-                if (
-                    victim is None
-                ):  # only pinned values (one replaced under its pinned key): kept until unpinned
+                # None: only pinned values are left (one was replaced under its pinned key); kept until unpinned
+                if victim is None:
                     break
                 self.nbytes -= self._entries.pop(victim).nbytes
                 self.evictions += victim != key

@@ -82,7 +82,7 @@ def take_state_bytes(parts, prompt_frames: int, speech_tokens: int) -> int:
     size = torch.empty((), dtype=_state_dtype(parts)).element_size()
     ratio = int(getattr(flow, "token_mel_ratio", 2))
     encoder = flow.encoder
-    frames = int(prompt_frames) + ratio * int(speech_tokens)
+    frames = _take_frames(parts, prompt_frames, speech_tokens)
     width = 2 * encoder.output_size() * size  # a key and a value per position
     encoder_per_frame = width * (len(encoder.up_encoders) + len(encoder.encoders) / ratio)
     encoder_bytes = encoder_per_frame * (1 + GROWTH) * max(GROWTH_FLOOR * ratio, math.ceil(frames))
@@ -93,9 +93,15 @@ def shared_prompt_bytes(parts, prompt_frames: int, speech_tokens: int, shared_fr
     """What a take admitted by `take_state_bytes(parts, prompt_frames, speech_tokens)` never holds when it reads
     `shared_frames` of its prompt's estimator state in place (a pinned prompt cache entry): the pages of those
     frames (its own frames start after them). Its encoder state is its own copy, so it counts in full."""
-    frames = int(prompt_frames) + int(getattr(parts.flow, "token_mel_ratio", 2)) * int(speech_tokens)
+    frames = _take_frames(parts, prompt_frames, speech_tokens)
     shared = min(int(shared_frames), frames)
     return _estimator_bytes(parts, frames) - _estimator_bytes(parts, frames - shared) if shared > 0 else 0
+
+
+def _take_frames(parts, prompt_frames: int, speech_tokens: int) -> int:
+    """Mel frames of a take's state at its bound: its prompt's and its speech tokens' (reserved and given back
+    by the same count)."""
+    return int(prompt_frames) + int(getattr(parts.flow, "token_mel_ratio", 2)) * int(speech_tokens)
 
 
 def lean_take_state_bytes(parts, prompt_frames: int) -> int:
