@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import torch
 
+from studio.tts.device.streams import CAPTURE, dedicated_stream
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -61,7 +63,7 @@ def capture_graph(
     context = context if context is not None else nullcontext()
     current = torch.cuda.current_stream(device)
     with _capture_lock:
-        side = _capture_stream(device)
+        side = dedicated_stream(device, CAPTURE)
         if warmup:
             side.wait_stream(current)
             with torch.cuda.stream(side), context:
@@ -81,15 +83,6 @@ def capture_graph(
 
 
 _capture_lock = threading.RLock()
-_capture_streams: dict[int, torch.cuda.Stream] = {}  # device index -> the stream its graphs are captured on
-
-
-def _capture_stream(device: torch.device) -> torch.cuda.Stream:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _capture_streams.get(index)
-    if stream is None:
-        stream = _capture_streams[index] = torch.cuda.Stream(device=index)
-    return stream
 
 
 def bucket_batch(size: int) -> int:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import torch
+
+from studio.tts.device.streams import HOST_COPIES, dedicated_stream
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -27,23 +28,16 @@ def to_host_async(tensor: torch.Tensor) -> torch.Tensor:
     return host.copy_(tensor, non_blocking=True)
 
 
-_streams = threading.local()
-
-
 def on_host_apart(make: Callable[[], torch.Tensor], device: torch.device) -> torch.Tensor:
     """`make()` (small GPU work on `device`) brought to the host, its kernels and copy on a stream of their own.
 
     On the flow's stream they would wait for every tick queued there: at 64 takes a take's LM prompt
     embeddings waited 163 ms on average before its request could go to vLLM (an H200 trace, docs/perf-history.md).
+    All takes share the one stream (their work is small); it is never the stream graphs are captured on.
     The work must read only what no other stream is still writing (weights, and what `make` creates)."""
     if device.type != "cuda":
         return make().to("cpu")
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    stream = getattr(_streams, "stream", None)
-    if stream is None or stream.device != device:
-        stream = _streams.stream = torch.cuda.Stream(device)
-    with torch.cuda.stream(stream):
+    with torch.cuda.stream(dedicated_stream(device, HOST_COPIES)):
         # Into pageable memory: it waits for this stream only (H200: 0.9-1.2 ms behind a second of queued
         # work), where a new pinned buffer's allocation waited for all of it (benchmarks/probes/side_stream_check.py)
         return make().cpu()
