@@ -127,6 +127,12 @@ FLOW_ARENA_SHARE = _define(
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )
+EXPANDABLE_SEGMENTS = _define(
+    "STUDIO_EXPANDABLE_SEGMENTS",
+    "1",
+    "with a VRAM budget on CUDA: this process's PyTorch memory grows in expandable segments, so memory freed "
+    "by one take serves any size another needs (only while PYTORCH_CUDA_ALLOC_CONF is unset; 0: off)",
+)
 FLOW_STATE_FP8 = _define(
     "STUDIO_FLOW_STATE_FP8",
     "0",

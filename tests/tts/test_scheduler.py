@@ -206,7 +206,7 @@ def test_a_failing_chunk_fails_its_take_only(modules, scheduler, caplog):  # noq
     work = [lambda i=i: whole_take(i) for i in range(len(TAKES))] + [failing_take]
     errors = queue_while_paused(scheduler, work)
     assert len(errors) == 1 and isinstance(errors[0], IndexError)
-    assert "encoders failed; one by one" in caplog.text  # it failed in a batch with the others first
+    assert "encoders failed (IndexError); one by one" in caplog.text  # in a batch with the others first
     for i, theirs in enumerate(alone):
         assert relative_error(results[i], theirs) < 1e-5
 
@@ -519,3 +519,27 @@ def test_the_models_close_stops_the_flows_scheduler_which_then_captures_nothing(
     model_scheduler._start()
     tiny_cosyvoice.close()
     assert not model_scheduler._thread.is_alive() and model_scheduler._closed
+
+
+def test_a_chunk_whose_encoder_ran_out_of_memory_begins_again_and_its_take_is_whole(
+    modules, scheduler, monkeypatch  # noqa: F811
+):
+    flow, hift = modules
+    alone, _ = run_alone(flow, hift)
+    prompt_tokens, n_tokens, seed = TAKES[0]
+    stream = make_stream(flow, hift, prompt_tokens, seed, scheduled=True)
+    real_begin_many = Token2WavStream.flow_begin_many
+    refused = []
+
+    def begin_many_out_of_memory_once(self, chunks):
+        if not refused:
+            refused.append(len(chunks))  # the GPU's allocator refusing a block, as a CUDA OOM does
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 546.00 MiB")
+        return real_begin_many(chunks)
+
+    monkeypatch.setattr(Token2WavStream, "flow_begin_many", begin_many_out_of_memory_once)
+    tokens, parts = speech_tokens(n_tokens, seed), []
+    for end, final in calls(stream, n_tokens):
+        parts.append((stream.finish(tokens) if final else stream.chunk(tokens[:end]))[0])
+    assert refused == [1]
+    assert relative_error(torch.cat(parts, dim=1), alone[0]) < 1e-5

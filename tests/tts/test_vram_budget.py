@@ -204,37 +204,92 @@ def test_takes_beyond_the_budget_queue_and_all_finish(tiny_cosyvoice, prompt_wav
         model.take_gate = None
 
 
-def test_an_out_of_memory_fails_its_take_clearly_and_the_next_take_runs(
-    tiny_cosyvoice, prompt_wav16k, monkeypatch
-):
+def _solves_out_of_memory(monkeypatch, times: int) -> list[int]:
+    """The batched solve refuses its first `times` runs as a CUDA OOM does; returns the runs' log."""
     import torch
 
     from studio.tts.flow.streaming import solver as solver_module
 
-    spec = dict(text="Memory runs out.", prompt_wav=prompt_wav16k, prompt_text="A prompt.",
-                exact_speech_tokens=20, stream=True, text_frontend=False, seed=1)  # fmt: skip
     real_run = solver_module.EstimatorSolver._run
-    calls = []
+    calls: list[int] = []
 
-    def run_once_out_of_memory(self, batch):
-        calls.append(1)
-        if len(calls) == 1:  # the GPU's allocator refusing a block, as a CUDA OOM does
+    def run(self, batch):
+        calls.append(len(batch.requests))
+        if len(calls) <= times:  # the GPU's allocator refusing a block
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_run(self, batch)
 
-    monkeypatch.setattr(solver_module.EstimatorSolver, "_run", run_once_out_of_memory)
+    monkeypatch.setattr(solver_module.EstimatorSolver, "_run", run)
+    return calls
+
+
+OOM_SPEC = dict(text="Memory runs out.", prompt_text="A prompt.", exact_speech_tokens=20, stream=True,
+                text_frontend=False, seed=1)  # fmt: skip
+
+
+def test_an_out_of_memory_fails_its_take_clearly_and_the_next_take_runs(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    _solves_out_of_memory(monkeypatch, times=2)  # the solve and its one retry
     with pytest.raises(SynthesisError, match="ran out of memory during this take.*engine goes on"):
-        list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
-    chunks = list(tiny_cosyvoice.synthesize(SynthesisSpec(**spec)))
+        list(tiny_cosyvoice.synthesize(SynthesisSpec(prompt_wav=prompt_wav16k, **OOM_SPEC)))
+    chunks = list(tiny_cosyvoice.synthesize(SynthesisSpec(prompt_wav=prompt_wav16k, **OOM_SPEC)))
     assert sum(c["tts_speech"].shape[1] for c in chunks) == 20 * 960
+
+
+def test_a_solve_that_ran_out_of_memory_once_runs_again_and_its_take_is_whole(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """Freed blocks scattered in the allocator's cache made a 24 GiB server fail takes that a retry with the
+    cache given back could serve; the retried take is the same audio as one never refused."""
+    clean = list(tiny_cosyvoice.synthesize(SynthesisSpec(prompt_wav=prompt_wav16k, **OOM_SPEC)))
+    calls = _solves_out_of_memory(monkeypatch, times=1)
+    retried = list(tiny_cosyvoice.synthesize(SynthesisSpec(prompt_wav=prompt_wav16k, **OOM_SPEC)))
+    assert calls[:2] == [1, 1]  # refused, then run again alone
+    assert len(retried) == len(clean)
+    for a, b in zip(retried, clean, strict=True):
+        assert np.allclose(np.asarray(a["tts_speech"]), np.asarray(b["tts_speech"]), atol=1e-5)
 
 
 def test_a_batched_solve_keeps_every_euler_step_down_to_four_takes_then_goes_a_step_at_a_time():
     from studio.tts.device.vram_budget import arena_tries
 
-    assert arena_tries(32, 10, one_step_arena=False) == [
+    assert arena_tries(32, 10) == [
         (10, 32), (10, 16), (10, 8), (10, 4), (1, 32), (1, 16), (1, 8), (1, 4), (1, 2), (1, 1)
     ]  # fmt: skip
-    assert arena_tries(3, 10, one_step_arena=False) == [(10, 3), (1, 3), (1, 1)]
-    assert arena_tries(6, 10, one_step_arena=True) == [(1, 6), (1, 3), (1, 1)]  # the shared arena stays one
-    assert arena_tries(2, 1, one_step_arena=False) == [(1, 2), (1, 1)]  # one Euler step: one kind
+    assert arena_tries(3, 10) == [(10, 3), (1, 3), (1, 1)]
+    assert arena_tries(2, 1) == [(1, 2), (1, 1)]  # one Euler step: one kind
+
+
+def test_expandable_segments_stay_off_where_the_user_configured_the_allocator_or_turned_them_off(monkeypatch):
+    from studio.tts.device.vram_budget import use_expandable_segments
+
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    assert use_expandable_segments() is False
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    monkeypatch.setenv("STUDIO_EXPANDABLE_SEGMENTS", "0")
+    assert use_expandable_segments() is False
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_memory_grows_in_expandable_segments_and_graphs_still_capture(monkeypatch):
+    import torch
+
+    from studio.tts.device.cuda_graphs import capture_graph
+    from studio.tts.device.vram_budget import use_expandable_segments
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert use_expandable_segments() is True
+    block = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    segments = [
+        s
+        for s in torch.cuda.memory_snapshot()
+        if s["address"] <= block.data_ptr() < s["address"] + s["total_size"]
+    ]
+    assert segments and segments[0].get("is_expandable") is True
+    x = torch.randn(8, 64, device="cuda")
+    graph, (output,), _ = capture_graph(lambda: (x * 2 + 1,), torch.device("cuda"), None, warmup=1)
+    x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(output, x * 2 + 1)

@@ -170,7 +170,7 @@ class DiTGraphSolver:
         first = plans[0]
         steps, dtype, device = first.state.step_sizes.shape[0], first.x.dtype, first.x.device
         budget = self._budget(device)
-        for slots, count in arena_tries(len(plans), steps, one_step_arena=False):  # one buffer serves both
+        for slots, count in arena_tries(len(plans), steps):  # one buffer serves both
             chosen = plans[:count]
             rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
             cap = bucket_context(max(plan.start for plan in chosen) + frames)

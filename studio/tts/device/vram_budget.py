@@ -12,6 +12,7 @@ engine.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 from studio import envs
@@ -164,7 +165,42 @@ def cap_process(plan: VramPlan, device) -> None:
     """PyTorch in this process may allocate at most its part of the budget (an OOM beyond, per take)."""
     import torch
 
+    use_expandable_segments()
     torch.cuda.set_per_process_memory_fraction(min(1.0, plan.process_fraction), _indexed(device))
+
+
+def freed_after_out_of_memory(error: BaseException) -> bool:
+    """True when `error` is PyTorch running out of GPU memory; the allocator's cached free blocks then go back
+    to CUDA, so that running the work again (alone, or as it was) can allocate them in the sizes it needs."""
+    import torch
+
+    if not isinstance(error, torch.OutOfMemoryError):
+        return False
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return True
+
+
+def use_expandable_segments() -> bool:
+    """This process's CUDA allocations from now on in expandable segments (True), unless the user configured
+    PyTorch's allocator (``PYTORCH_CUDA_ALLOC_CONF``) or ``STUDIO_EXPANDABLE_SEGMENTS=0`` turned it off.
+
+    Under the cap, fixed segments fragment: in the 24 GiB server run (H200, benchmarks/results/2026-12-05) takes
+    failed for want of 140 MiB while 1.3 GiB sat reserved but unallocated in pieces. An expandable segment maps
+    freed pages back into one address range, so what one take freed serves any size the next needs. (The CUDA
+    graphs' private pools keep their own segments.)"""
+    import torch
+
+    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or not envs.EXPANDABLE_SEGMENTS.enabled():
+        return False
+    settings = getattr(torch._C, "_accelerator_setAllocatorSettings", None) or getattr(
+        torch.cuda.memory, "_set_allocator_settings", None
+    )
+    if settings is None:  # a PyTorch without the switch: fixed segments
+        log.info("this PyTorch cannot switch to expandable segments")
+        return False
+    settings("expandable_segments:True")
+    return True
 
 
 def _indexed(device):
@@ -192,10 +228,10 @@ def default_arena_bytes(device) -> int:
 ONE_PASS_FLOOR = 4
 
 
-def arena_tries(count: int, steps: int, one_step_arena: bool) -> list[tuple[int, int]]:
+def arena_tries(count: int, steps: int) -> list[tuple[int, int]]:
     """(Euler step slots, takes) a batched solve tries in turn for `count` takes queued, until one fits its
-    budget: every step down to `ONE_PASS_FLOOR` takes, then one step down to a single take; only one step while
-    the shared arena is one (switching kinds would reallocate it, and drop its graphs, at every change of load)."""
+    budget: every step down to `ONE_PASS_FLOOR` takes, then one step down to a single take (both kinds view
+    the one arena)."""
 
     def halving(floor: int) -> list[int]:
         sizes = [count]
@@ -204,6 +240,6 @@ def arena_tries(count: int, steps: int, one_step_arena: bool) -> list[tuple[int,
         return sizes
 
     one_step = [(1, size) for size in halving(1)]
-    if one_step_arena or steps == 1:
+    if steps == 1:
         return one_step
     return [(steps, size) for size in halving(min(count, ONE_PASS_FLOOR))] + one_step

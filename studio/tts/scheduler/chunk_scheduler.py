@@ -45,6 +45,7 @@ import torch
 
 from studio import envs
 from studio.tts.device import flow_turn
+from studio.tts.device.vram_budget import freed_after_out_of_memory
 from studio.tts.flow.streaming.solver import DEFAULT_MAX_BATCH
 from studio.tts.scheduler import gather, gpu_work
 from studio.tts.scheduler.idle_capture import wait_or_capture
@@ -198,6 +199,7 @@ class ChunkScheduler:
                     inflight.start, inflight.turn = start, turn
             except BaseException as exc:  # noqa: BLE001 - no take may wait forever; the thread goes on
                 log.exception("flow scheduler: a tick failed")
+                freed_after_out_of_memory(exc)  # the next ticks allocate anew
                 for job in jobs + ([] if inflight is None else inflight.jobs):
                     if not job.done.is_set():
                         job.fail(exc)

@@ -10,6 +10,7 @@ from contextlib import suppress
 import torch
 
 from studio.tts.device.transfer import to_host_async
+from studio.tts.device.vram_budget import freed_after_out_of_memory
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.scheduler.jobs import ChunkJob, Tick
 
@@ -41,10 +42,12 @@ def begin(jobs: list[ChunkJob]) -> list[ChunkJob]:
         try:
             steps = group[0].stream.flow_begin_many([(job.stream, job.tokens, job.finalize) for job in group])
         except Exception as exc:  # noqa: BLE001 - its take gets it, or the culprit is found below
-            if len(group) == 1:
+            out_of_memory = freed_after_out_of_memory(exc)
+            if len(group) == 1 and not out_of_memory:
                 group[0].fail(exc)
-            else:
-                log.warning("flow scheduler: a batch of %d encoders failed; one by one", len(group))
+            else:  # a lone chunk that ran out of memory begins once more, the allocator's cache given back
+                log.warning("flow scheduler: a batch of %d encoders failed (%s); one by one",
+                            len(group), type(exc).__name__)  # fmt: skip
                 begun += [job for job in group if _begin_alone(job)]
             continue
         for job, step in zip(group, steps, strict=True):

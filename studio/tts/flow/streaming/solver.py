@@ -42,7 +42,7 @@ from studio.tts.device.cuda_graphs import (
     bucket_frames,
     capture_graph,
 )
-from studio.tts.device.vram_budget import arena_tries, default_arena_bytes
+from studio.tts.device.vram_budget import arena_tries, default_arena_bytes, freed_after_out_of_memory
 from studio.tts.flow.streaming.arena_copies import copy_in, finish, reserve_pages, write_rows
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
@@ -227,8 +227,9 @@ class EstimatorSolver:
             # wait for the GPU alone, one after another. (Synchronising releases the interpreter lock.)
             torch.cuda.current_stream(requests[0].mu.device).synchronize()
 
-    def _run_isolated(self, batch: _Batch) -> None:
-        """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error.
+    def _run_isolated(self, batch: _Batch, again: bool = True) -> None:
+        """Run a batch; if it fails, run its requests one by one, so only the one at fault gets the error. A
+        lone request that ran out of memory runs once more (`again`), after the allocator's cache went back.
 
         Only requests without a result are run again: their states were not written back (`finish` sets a
         request's result after its state), so running them again is safe.
@@ -237,13 +238,15 @@ class EstimatorSolver:
             self._run(batch)
         except BaseException as exc:  # noqa: BLE001 - each take gets its own answer
             unfinished = [request for request in batch.requests if request.result is None]
-            if len(batch.requests) == 1 or not isinstance(exc, Exception):
+            out_of_memory = freed_after_out_of_memory(exc)
+            if isinstance(exc, Exception) and (len(batch.requests) > 1 or (out_of_memory and again)):
+                log.warning("flow: a batch of %d chunks failed (%s); solving them one by one",
+                            len(batch.requests), type(exc).__name__)  # fmt: skip
+                for request in unfinished:
+                    self._run_isolated(self._plan([request]), again=False)
+            else:
                 for request in unfinished:
                     request.error = exc
-            else:
-                log.warning("flow: a batch of %d chunks failed; solving them one by one", len(batch.requests))
-                for request in unfinished:
-                    self._run_isolated(self._plan([request]))
         finally:
             for request in batch.requests:
                 request.done = True
@@ -259,7 +262,7 @@ class EstimatorSolver:
         first = group[0]
         budget = self._budget(first.mu.device)
         # one buffer serves batches of every step and of one: no reason to keep to one kind
-        for slots, count in arena_tries(min(len(group), self.max_batch), first.steps, one_step_arena=False):
+        for slots, count in arena_tries(min(len(group), self.max_batch), first.steps):
             chosen = group[:count]
             frames = max(r.frames for r in chosen)
             rows = count
