@@ -200,3 +200,21 @@ def test_a_bug_in_the_function_is_raised_not_hidden():
     graphs = ShapeGraphs("test", broken, capture=replaying_capture)
     with pytest.raises(ValueError, match="shapes do not match"):
         graphs(("a",), (1,), (torch.ones(1),))
+
+
+def test_a_solve_replays_a_captured_larger_context_rather_than_make_a_new_shape():
+    """(rows, frames, context, dtype, steps, precision) keys: a batch needing 512 frames of context runs at
+    768 when a graph of its shape at 768 is captured (not at 1536: more than twice), unless that view does
+    not fit; a key differing anywhere else does not count."""
+    from studio.tts.device.cuda_graphs import replayable_context
+
+    graphs = ShapeGraphs("solve", doubled, capture=replaying_capture)
+    x = torch.ones(2)
+    for key in [(2, 64, 768, torch.float16, 10, None), (2, 64, 1536, torch.float16, 10, None),
+                (2, 64, 640, torch.float16, 1, None), (4, 64, 600, torch.float16, 10, None)]:  # fmt: skip
+        graphs(key, ("w",), (x,))
+    key = (2, 64, 512, torch.float16, 10, None)
+    assert replayable_context(graphs, key, lambda context: True) == 768
+    assert replayable_context(graphs, key, lambda context: context < 768) == 512
+    assert replayable_context(graphs, (2, 64, 1024, torch.float16, 10, None), lambda c: True) == 1536
+    assert replayable_context(graphs, (2, 64, 512, torch.float32, 10, None), lambda c: True) == 512

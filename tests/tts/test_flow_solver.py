@@ -235,6 +235,27 @@ def test_batches_view_one_arena_in_their_own_context_and_rows(modules, graphs, m
             assert relative_error(ours, theirs) < 1e-5
 
 
+def test_a_batch_runs_at_the_context_of_a_captured_graph_of_its_shape_when_its_view_fits(modules):  # noqa: F811
+    """A chunk needing 512 frames of context plans 768 once a graph of its shape (rows, frames, steps,
+    precision) at 768 is kept: no new shape, so no eager call or capture on its take's path."""
+    from studio.tts.device.cuda_graphs import ShapeGraphs
+    from tests.tts.test_encoder_graphs import doubled, replaying_capture
+
+    flow, _ = modules
+    solver = EstimatorSolver(flow.decoder, graphs=True, capture=replaying_capture)
+    solver.buckets = True
+    g = torch.Generator().manual_seed(5)
+    short = SolveRequest(EstimatorState(), torch.randn(1, 80, 40, generator=g), torch.randn(1, 80, generator=g),
+                         torch.zeros(1, 80, 40), frame0=0, commit=0, mark=None, steps=10)  # fmt: skip
+    solver.budget_bytes = 768 * solver.layout.bytes_per_frame(10, 2, torch.float32)
+    assert solver._plan([short]).cap == 512  # nothing captured yet
+    solver._graphs = ShapeGraphs("flow solve", doubled, capture=replaying_capture)
+    solver._graphs((1, 64, 768, torch.float32, 10, None), ("weights",), (torch.ones(1),))
+    assert solver._plan([short]).cap == 768
+    solver.budget_bytes -= 1  # the larger view no longer fits: the batch keeps its own context
+    assert solver._plan([short]).cap == 512
+
+
 def test_a_lone_chunk_beyond_the_budget_never_sits_beside_the_shared_arena(modules):  # noqa: F811
     """A chunk too large for the budget alone gets an arena of its exact size; the shared arena is let go
     first, so the two are never held together beyond the budget. (On the H200 at a 24 GiB budget, a take's

@@ -49,6 +49,7 @@ from studio.tts.device.cuda_graphs import (
     bucket_context,
     bucket_frames,
     capture_graph,
+    replayable_context,
 )
 from studio.tts.device.transfer import to_device
 from studio.tts.device.vram_budget import arena_tries, default_arena_bytes
@@ -174,6 +175,10 @@ class DiTGraphSolver:
             chosen = plans[:count]
             rows, frames = bucket_batch(count), bucket_frames(max(plan.count for plan in chosen))
             cap = bucket_context(max(plan.start for plan in chosen) + frames)
+            if self.graphs:
+                key = (rows, frames, cap, dtype, slots, autocast_dtype())
+                fits = lambda c, r=rows, s=slots: self.arena_bytes(2 * r, c, s, dtype) <= budget  # noqa: E731
+                cap = replayable_context(self._graphs, key, fits)
             if self.arena_bytes(2 * rows, cap, slots, dtype) <= budget:
                 return _Batch(chosen, rows, frames, cap, steps, slots)
         return None

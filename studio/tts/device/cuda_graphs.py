@@ -107,6 +107,20 @@ def bucket_context(frames: int) -> int:
     return context
 
 
+def replayable_context(graphs: ShapeGraphs, key: tuple, fits: Callable[[int], bool]) -> int:
+    """The context a batch of the solve `key` (rows, frames, context, then the rest) runs at: the smallest
+    context, at most twice its own, of a captured graph whose key differs only there and whose arena view
+    `fits`; else its own. A new shape costs an eager call or a capture on a take's path, a padded context only
+    a little attention (it is masked)."""
+    need = key[2]
+    larger = sorted(
+        other[2]
+        for other in graphs.keys()
+        if other[:2] == key[:2] and other[3:] == key[3:] and need < other[2] <= 2 * need
+    )
+    return next((context for context in larger if fits(context)), need)
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
@@ -198,6 +212,11 @@ class ShapeGraphs:
     def __len__(self) -> int:
         """Graphs kept."""
         return len(self._graphs)
+
+    def keys(self) -> list[tuple]:
+        """The keys of the graphs kept."""
+        with self._lock:
+            return list(self._graphs)
 
     def pending(self) -> int:
         """Keys that ran eagerly and could be captured now (`capture_pending`)."""

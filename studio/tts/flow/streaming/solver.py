@@ -41,6 +41,7 @@ from studio.tts.device.cuda_graphs import (
     bucket_context,
     bucket_frames,
     capture_graph,
+    replayable_context,
 )
 from studio.tts.device.vram_budget import arena_tries, default_arena_bytes, freed_after_out_of_memory
 from studio.tts.flow.streaming.arena_copies import copy_in, finish, reserve_pages, write_rows
@@ -269,9 +270,13 @@ class EstimatorSolver:
             if self.buckets:  # shapes a captured graph can be replayed for
                 frames, rows = bucket_frames(frames), bucket_batch(count)
             cap = max(r.frame0 for r in chosen) + frames
+            per_frame = self.layout.bytes_per_frame(slots, 2 * rows, first.mu.dtype)
             if self.buckets:
                 cap = bucket_context(cap)
-            if cap * self.layout.bytes_per_frame(slots, 2 * rows, first.mu.dtype) <= budget:
+                if self.graphs:
+                    key = (rows, frames, cap, first.mu.dtype, slots, autocast_dtype())
+                    cap = replayable_context(self._graphs, key, lambda c, p=per_frame: c * p <= budget)
+            if cap * per_frame <= budget:
                 return _Batch(chosen, rows, frames, cap, first.mu.dtype, first.steps, slots)
         frames, cap = first.frames, first.frame0 + first.frames  # an exact-size arena of a step, freed after
         return _Batch([first], 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
