@@ -7,7 +7,10 @@
 #   gputests     the tests that need CUDA (captures, host copies, the flow's turn, RAS graphs) and tests/vllm
 #   checks       CUDA graphs against eager (flow solver, flow encoder, HiFT batches) and the chunk scheduler's
 #                audio against the takes' own threads (benchmarks/probes/*_check.py)
-#   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload24 alone)
+#   workload     bench --workload sentences: 64 streams, and 16 streams on a 24 GiB budget (workload64, workload24
+#                alone)
+#   capture-tests  the GPU tests of captures beside the takes' host copies and of expandable segments (a subset of
+#                gputests)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
 #                batches beyond it run a step at a time), in fp16 and with float8 states
@@ -28,11 +31,11 @@
 #                by one);
 #                cv3-bench (make-model and --tokens 100, with the DiT's graphed solve and with it eager:
 #                STUDIO_CUDA_GRAPHS=0) and cv3-probes (the rest; the flow and HiFT batch probes with --graphs) split it
-#                across two calls
+#                across two calls; cv3-graphs: cv3-bench without its eager half
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests checks quick quick-ab workload workload24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3"
+steps="install gputests capture-tests checks quick quick-ab workload workload64 workload24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -64,6 +67,10 @@ workload_bench() {  # $1: name, $2: seconds allowed, rest: bench flags
 workload() {
   workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
   workload24
+}
+
+workload64() {  # the 64-stream level alone
+  workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
 }
 
 workload24() {
@@ -231,6 +238,22 @@ cv3_bench() {
   grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-eager.log" | cut -c1-400
 }
 
+cv3_graphs() {  # cv3-bench without its eager half
+  [ -f /tmp/full3/cosyvoice3.yaml ] ||
+    python3 -m studio make-model --family cosyvoice3 --size full /tmp/full3 >"$out/make-model-cv3.log" 2>&1
+  timeout 280 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 --warmup-rounds 2 \
+    --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
+  echo "== cv3 tokens100: rc $?"
+  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+}
+
+capture_tests() {  # the GPU tests of graph capture beside the takes' copies and of the allocator's segments
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/tts/test_cuda_capture.py tests/tts/test_vram_budget.py \
+    >"$out/capture-tests.log" 2>&1
+  echo "== capture tests: rc $?"
+  grep -E "passed|failed|rror|assert" "$out/capture-tests.log" | tail -8 | cut -c1-300
+}
+
 cv3_probes() {
   timeout 240 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --workload sentences --concurrency 1,16 \
     --takes 32 --json "$out/h200_cv3-workload-sentences.json" >"$out/cv3-workload.log" 2>&1
@@ -259,8 +282,10 @@ for step in "$@"; do
     tokens100-24) tokens100_24 ;;
     cv3-bench) cv3_bench ;;
     cv3-probes) cv3_probes ;;
+    cv3-graphs) cv3_graphs ;;
+    capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
-    install | gputests | checks | quick | workload | workload24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
