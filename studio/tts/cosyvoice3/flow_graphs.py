@@ -49,6 +49,8 @@ from studio.tts.device.cuda_graphs import (
     bucket_context,
     bucket_frames,
     capture_graph,
+    grown_size,
+    let_go_of_buffer,
     replayable_context,
 )
 from studio.tts.device.transfer import to_device
@@ -193,7 +195,7 @@ class DiTGraphSolver:
         if arena is None or arena.kv.numel() < kv or arena.left.numel() < left:
             if arena is not None:
                 limit = self._budget(device) // arena.kv.element_size() - 2 * left
-                kv, left = max(kv, min(2 * arena.kv.numel(), limit)), max(left, 2 * arena.left.numel())
+                kv, left = grown_size(arena.kv.numel(), kv, limit), max(left, 2 * arena.left.numel())
             log.info(
                 "CosyVoice3 flow: work arena of %.2f GiB for %d CFG rows x %d frames x %d Euler steps and smaller",
                 kv * torch.empty((), dtype=dtype).element_size() / 2**30,
@@ -202,9 +204,7 @@ class DiTGraphSolver:
                 batch.slots,
             )
             arena = self._arena = None  # freed before the new one is made, not beside it
-            self._graphs.drop()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            let_go_of_buffer(self._graphs, device)
             self._arena = arena = self._allocate(kv, left, dtype, device)
         return self._shaped(batch.slots, 2 * batch.rows, batch.cap)
 

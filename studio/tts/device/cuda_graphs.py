@@ -107,6 +107,20 @@ def bucket_context(frames: int) -> int:
     return context
 
 
+def grown_size(held: int, need: int, limit: int) -> int:
+    """Elements of a graphed work buffer that holds `held` and must hold `need`: twice `held` at least, within
+    `limit` (each growth drops every graph captured over the buffer, so it grows seldom), never below `need`."""
+    return max(need, min(2 * held, limit))
+
+
+def let_go_of_buffer(graphs: ShapeGraphs, device: torch.device) -> None:
+    """After a graphed work buffer's last reference is gone: forget the graphs captured over it, and give the
+    allocator's cached blocks back on CUDA (a larger buffer cannot reuse the old one's block)."""
+    graphs.drop()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def replayable_context(graphs: ShapeGraphs, key: tuple, fits: Callable[[int], bool]) -> int:
     """The context a batch of the solve `key` (rows, frames, context, then the rest) runs at: the smallest
     context, at most twice its own, of a captured graph whose key differs only there and whose arena view

@@ -199,7 +199,11 @@ def use_expandable_segments() -> bool:
     if settings is None:  # a PyTorch without the switch: fixed segments
         log.info("this PyTorch cannot switch to expandable segments")
         return False
-    settings("expandable_segments:True")
+    try:
+        settings("expandable_segments:True")
+    except RuntimeError as exc:  # a PyTorch that refuses the switch once CUDA is in use: fixed segments
+        log.info("expandable segments stay off: %s", exc)
+        return False
     return True
 
 

@@ -41,6 +41,8 @@ from studio.tts.device.cuda_graphs import (
     bucket_context,
     bucket_frames,
     capture_graph,
+    grown_size,
+    let_go_of_buffer,
     replayable_context,
 )
 from studio.tts.device.vram_budget import arena_tries, default_arena_bytes, freed_after_out_of_memory
@@ -345,9 +347,7 @@ class EstimatorSolver:
             return
         log.info("flow: work arena let go for a lone chunk of %d context frames", batch.cap)
         self._arena = None
-        self._graphs.drop()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        let_go_of_buffer(self._graphs, device)
 
     def _arena_for(self, batch: _Batch, device: torch.device) -> WorkArena:
         """The shared arena viewed in this batch's shape; made larger (twice its size at least, within the
@@ -356,8 +356,7 @@ class EstimatorSolver:
         kv, tails = self._elements(batch)
         if arena is None or arena.kv.numel() < kv or arena.tails.numel() < tails:
             if arena is not None:
-                limit = self._budget(device) // arena.kv.element_size()
-                kv = max(kv, min(2 * arena.kv.numel(), limit))
+                kv = grown_size(arena.kv.numel(), kv, self._budget(device) // arena.kv.element_size())
                 tails = max(tails, 2 * arena.tails.numel())
             log.info(
                 "flow: work arena of %.2f GiB for %d CFG rows x %d context frames x %d Euler steps and smaller; "
@@ -369,9 +368,7 @@ class EstimatorSolver:
                 len(self._graphs),
             )
             arena = self._arena = None  # freed before the larger one is made, not beside it
-            self._graphs.drop()  # the old arena's graphs die with it
-            if device.type == "cuda":
-                torch.cuda.empty_cache()  # and given back: the larger one cannot reuse its cached block
+            let_go_of_buffer(self._graphs, device)
             arena = self._arena = self._allocate(batch, kv, tails, device)
         return self._view(arena, batch)
 
