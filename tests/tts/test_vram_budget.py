@@ -280,6 +280,7 @@ def test_on_cuda_memory_grows_in_expandable_segments_and_graphs_still_capture(mo
 
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     assert use_expandable_segments() is True
+    torch.cuda.empty_cache()  # no cached fixed segment of earlier tests may serve the block
     block = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
     segments = [
         s
