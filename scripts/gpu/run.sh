@@ -226,12 +226,7 @@ cv3() {
 }
 
 cv3_bench() {
-  [ -f /tmp/full3/cosyvoice3.yaml ] ||
-    python3 -m studio make-model --family cosyvoice3 --size full /tmp/full3 >"$out/make-model-cv3.log" 2>&1
-  timeout 280 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 --warmup-rounds 2 \
-    --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
-  echo "== cv3 tokens100: rc $?"
-  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+  cv3_graphs
   STUDIO_CUDA_GRAPHS=0 timeout 200 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 \
     --warmup-rounds 2 --concurrency 1,4,16 --json "$out/h200_cv3-tokens100-eager.json" >"$out/cv3-eager.log" 2>&1
   echo "== cv3 tokens100, the DiT's solve eager (STUDIO_CUDA_GRAPHS=0): rc $?"
