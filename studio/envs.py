@@ -123,7 +123,7 @@ FLOW_BATCH_MB = _define(
 )
 FLOW_ARENA_SHARE = _define(
     "STUDIO_FLOW_ARENA_SHARE",
-    "0.5",
+    "0.2 up to a 32 GiB budget, else 0.5",
     "of the VRAM budget left after vLLM and the weights: the flow arena's part (the rest: the takes' states)",
     speed=True,
 )

@@ -37,6 +37,11 @@ ACTIVATIONS = 2 * GIB
 # the weights and the reserve lets it batch about as many takes as the other half admits (measured on the
 # H200: a 4 GiB arena batched 1.3-1.7 takes at 16-64 streams). `STUDIO_FLOW_ARENA_SHARE` sets it.
 ARENA_SHARE = 0.5
+# On a small budget the takes' share admits the takes and batches that do not fit an arena of every Euler step
+# run a step at a time in a tenth of the bytes: at 24 GiB (H200, `sentences` at 16 streams, one machine) a fifth
+# for the arena ran 27.1 audio-s/s against 21.5 with a half, first audio p95 6.1 s against 7.5, 9 takes at once
+# against 6, 0 errors both (benchmarks/results/2026-12-05, "H200, stop 46").
+SMALL_BUDGET, SMALL_BUDGET_ARENA_SHARE = 32 * GIB, 0.2
 
 
 class VramBudgetError(ValueError):
@@ -116,7 +121,8 @@ def plan_vram(
     if not arena:
         return VramPlan(budget, total, resident, vllm, 0, rest, reserve)
     share = envs.FLOW_ARENA_SHARE.number()
-    share = ARENA_SHARE if share is None else share
+    if share is None:
+        share = SMALL_BUDGET_ARENA_SHARE if budget <= SMALL_BUDGET else ARENA_SHARE
     if not 0 < share < 1:
         raise VramBudgetError(f"{envs.FLOW_ARENA_SHARE.name} must be between 0 and 1, got {share}")
     arena_bytes = int(rest * share)
