@@ -522,7 +522,9 @@ def test_the_models_close_stops_the_flows_scheduler_which_then_captures_nothing(
 
 
 def test_a_chunk_whose_encoder_ran_out_of_memory_begins_again_and_its_take_is_whole(
-    modules, scheduler, monkeypatch  # noqa: F811
+    modules,
+    scheduler,
+    monkeypatch,  # noqa: F811
 ):
     flow, hift = modules
     alone, _ = run_alone(flow, hift)
