@@ -521,11 +521,7 @@ def test_the_models_close_stops_the_flows_scheduler_which_then_captures_nothing(
     assert not model_scheduler._thread.is_alive() and model_scheduler._closed
 
 
-def test_a_chunk_whose_encoder_ran_out_of_memory_begins_again_and_its_take_is_whole(
-    modules,
-    scheduler,
-    monkeypatch,  # noqa: F811
-):
+def test_an_encoder_out_of_memory_begins_again_and_its_take_is_whole(modules, scheduler, monkeypatch):  # noqa: F811
     flow, hift = modules
     alone, _ = run_alone(flow, hift)
     prompt_tokens, n_tokens, seed = TAKES[0]
