@@ -179,7 +179,7 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
     counters, gate_before = flow_counters(loaded), gate_counters(loaded)
     gate = getattr(loaded.model, "take_gate", None)
     if gate is not None:
-        gate.running_peak = gate.running  # this level's peak from here
+        gate.restart_peak()  # this level's peak from here
     start = time.perf_counter()
     deadline = None if args.seconds is None else start + args.seconds
     run = open_loop if open_level else closed_loop

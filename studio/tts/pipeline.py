@@ -21,6 +21,11 @@ from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.scheduler import ChunkCancelled
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
 
+# Speech tokens a take is admitted for per text token of its sentence: speech runs at 25 tokens a second and
+# reads about 3-4 of the LM's text tokens a second (English and Chinese alike), about 7-8 speech tokens each; the
+# margin above it spares most takes a wait to grow. Upstream's bound, what a take may grow to, is 20.
+EXPECTED_TOKENS_PER_TEXT_TOKEN = 10
+
 if TYPE_CHECKING:
     from studio.tts.cosyvoice2 import CosyVoice2
 
@@ -82,20 +87,30 @@ def _sentence(
         )
 
     if voice.take_gate is not None:  # beyond the budget the take queues here, it never fails for it
-        # the reservation covers the longest the take can grow (its token bound), never an expected length
+        # admitted by the state of the length its text is expected to take, it may grow to the longest it can
+        # take (its token bound); the gate lets it grow only while some take can always finish (take_gate.py)
         prompt_frames = prompt.flow_feat.shape[1]
         need = voice.take_state_bytes(prompt_frames, max_len)
+        expected = max_len if ignore_stop else min(max_len, EXPECTED_TOKENS_PER_TEXT_TOKEN * len(text_ids))
+        start = voice.take_state_bytes(prompt_frames, max(min_len, expected))
         lean = None
         if spec.stream and envs.LEAN_TAKES.enabled():  # opt-in: measured slower at 24 GiB (perf-history.md)
             lean = voice.lean_take_state_bytes(prompt_frames)
-        with voice.take_gate.admitted(need, cancel, lean_bytes=lean) as admission:
+        with voice.take_gate.admitted(need, cancel, lean_bytes=lean, start_bytes=start) as admission:
             if admission:
+                shared_bytes = 0
 
                 def shared(stream) -> None:  # its prompt's frames read in place: not the take's to hold
-                    admission.release(voice.shared_prompt_bytes(stream, prompt_frames, max_len))
+                    nonlocal shared_bytes
+                    shared_bytes = voice.shared_prompt_bytes(stream, prompt_frames, max_len)
+                    admission.release(shared_bytes)
+
+                def grow(tokens: int) -> bool:  # before its state holds `tokens` speech tokens' frames
+                    held = voice.take_state_bytes(prompt_frames, tokens) - shared_bytes
+                    return admission.lean or admission.grow_to(held, cancel)
 
                 keep = not admission.lean
-                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, keep, shared)
+                yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed, keep, shared, grow)
         return
     yield from _sentence_audio(voice, spec, prompt, generate, cancel, seed)
 
@@ -109,9 +124,11 @@ def _sentence_audio(
     seed: int,
     keep_flow_state: bool = True,
     on_first_chunk=None,
+    grow=None,
 ) -> Iterator[dict]:
     """The take's audio chunks; `on_first_chunk(stream)` runs once its first chunk is made (the prompt's state
-    then restored from the cache or computed)."""
+    then restored from the cache or computed); `grow(tokens)` before each flow call on that many speech tokens
+    (it may wait for memory; False: the take was cancelled meanwhile)."""
     # the LM's request first: the first chunk waits for its tokens, not for the flow's setup below
     producer = SpeechTokenProducer(
         generate, cancel, intra_op_threads=voice.llm_threads, keep=voice.token_filter()
@@ -126,6 +143,8 @@ def _sentence_audio(
             if not stream.ready(available):
                 break
             tokens = producer.snapshot()
+            if grow is not None and not grow(len(tokens)):
+                return
             speech, times = stream.chunk(tokens)
             if on_first_chunk is not None:
                 on_first_chunk(stream)
@@ -136,6 +155,8 @@ def _sentence_audio(
         if cancel.is_set():
             return
         tokens = producer.snapshot()
+        if grow is not None and not grow(len(tokens)):
+            return
         speech, times = stream.finish(tokens)
         yield _chunk(speech, times, producer.take_llm_seconds(), len(tokens) - used)
     except ChunkCancelled:  # cancelled while its chunk waited for the flow: the take just ends

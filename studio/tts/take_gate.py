@@ -6,7 +6,13 @@ A take that can also run lean (keeping no flow state: it solves its frames again
 way, for more GPU work) is admitted lean at once when its kept state does not fit but its lean one does.
 
 A take that finds it will hold less than it was admitted by gives the rest back (`Admission.release`): a take
-whose prompt state is read in place from the prompt cache does not hold its prompt's frames itself."""
+whose prompt state is read in place from the prompt cache does not hold its prompt's frames itself.
+
+A take may be admitted by less than its bound (``start_bytes``: what it holds first) and grow towards the bound
+as it runs (`Admission.grow_to`). The gate then keeps the running takes in a safe state (the banker's rule for
+one resource): some order exists in which each take can grow to its bound with what is free plus what the takes
+before it in that order held, so at least one take can always finish, and a take that may not grow yet waits for
+one to end instead of failing. A take whose bound is larger than the whole budget runs alone."""
 
 from __future__ import annotations
 
@@ -27,10 +33,17 @@ class Admission:
     gate: TakeGate
     held: int
     lean: bool = False
+    bound: int = 0  # the most it may grow to (`grow_to`); never below `held`
 
     def release(self, nbytes: int) -> None:
-        """Give back `nbytes` the take will not use after all (at most what it holds): waiting takes may fit."""
+        """Give back `nbytes` the take will not use after all (at most what it holds; its bound shrinks by as
+        much): waiting takes may fit."""
         self.gate._give_back(self, nbytes)
+
+    def grow_to(self, nbytes: int, cancel: threading.Event | None = None) -> bool:
+        """Hold `nbytes` (at most the bound), waiting while granting them could leave no take able to finish;
+        False when `cancel` was set while it waited."""
+        return self.gate._grow(self, nbytes, cancel)
 
 
 class TakeGate:
@@ -49,7 +62,9 @@ class TakeGate:
         self.lean_total = 0  # takes admitted lean
         self.released_total = 0  # bytes given back by takes that held less than they were admitted by
         self.running_peak = 0  # the most takes running at once
+        self.grow_waits = 0  # times a take waited to grow (a counter for bench and tests)
         self._waiting_threads: set[int] = set()  # the threads of the takes waiting now
+        self._admitted: list[Admission] = []  # the running takes
 
     @property
     def waiting(self) -> int:
@@ -61,21 +76,38 @@ class TakeGate:
         with self._condition:
             return thread_id in self._waiting_threads
 
-    def _fits(self, need: int) -> bool:
-        return self.running == 0 or self.used + need <= self.capacity
+    def _fits(self, held: int, bound: int) -> bool:
+        """Whether a take holding `held` that may grow to `bound` can run beside the running takes (lock held)."""
+        return self.running == 0 or self._safe([(held, bound)], self.capacity - self.used - held)
 
-    def _enter(self, need: int, lean_need: int | None, cancel: threading.Event | None) -> int | None:
-        """The bytes taken once admitted (``lean_need`` when only it fits), or None when cancelled."""
+    def _safe(self, extra: list[tuple[int, int]], free: int) -> bool:
+        """The banker's rule: the running takes (and `extra`'s (held, bound) pairs, counted in `free` already)
+        can each grow to their bound in some order, each finishing and freeing what it held (lock held)."""
+        if free < 0:
+            return False
+        takes = [(a.bound - a.held, a.held) for a in self._admitted] + [(b - h, h) for h, b in extra]
+        for headroom, held in sorted(takes):  # the least headroom first: the best order
+            if headroom > free:
+                return False
+            free += held
+        return True
+
+    def _enter(
+        self, need: int, lean_need: int | None, cancel: threading.Event | None, start: int
+    ) -> Admission | None:
+        """The take admitted: holding ``start`` with ``need`` as its bound, or lean (holding ``lean_need``,
+        its bound too) when only that fits; None when cancelled while it waited."""
         with self._condition:
             ticket = next(self._tickets)
             self._queue.append(ticket)
             waited, thread = False, threading.get_ident()
             while True:
                 if self._queue[0] == ticket:
-                    if self._fits(need):
+                    if self._fits(start, need):
+                        admission = Admission(self, start, bound=need)
                         break
-                    if lean_need is not None and self._fits(lean_need):
-                        need = lean_need
+                    if lean_need is not None and self._fits(lean_need, lean_need):
+                        admission = Admission(self, lean_need, lean=True, bound=lean_need)
                         self.lean_total += 1
                         break
                 if cancel is not None and cancel.is_set():
@@ -88,30 +120,42 @@ class TakeGate:
                 self._condition.wait(POLL_S)
             self._waiting_threads.discard(thread)
             self._queue.popleft()
-            self.used += need
+            self._admitted.append(admission)
+            self.used += admission.held
             self.running += 1
             self.running_peak = max(self.running_peak, self.running)
             self.queued_total += waited
             self._condition.notify_all()  # the next in line may fit too
-            return need
+            return admission
+
+    def restart_peak(self) -> None:
+        """`running_peak` counts from now (a benchmark's next level)."""
+        with self._condition:
+            self.running_peak = self.running
 
     @contextmanager
     def admitted(
-        self, need_bytes: int, cancel: threading.Event | None = None, lean_bytes: int | None = None
+        self,
+        need_bytes: int,
+        cancel: threading.Event | None = None,
+        lean_bytes: int | None = None,
+        start_bytes: int | None = None,
     ) -> Iterator[Admission | None]:
         """Yields an `Admission` once admitted (lean when only ``lean_bytes`` fit), or None when ``cancel`` was
-        set while the take waited."""
+        set while the take waited. ``need_bytes`` is the take's bound; it holds ``start_bytes`` (default: the
+        bound) at first and grows by `Admission.grow_to`."""
         need = max(0, int(need_bytes))
         lean = None if lean_bytes is None else min(need, max(0, int(lean_bytes)))
-        taken = self._enter(need, lean, cancel)
-        if taken is None:
+        start = need if start_bytes is None else min(need, max(0, int(start_bytes)))
+        admission = self._enter(need, lean, cancel, start)
+        if admission is None:
             yield None
             return
-        admission = Admission(self, taken, lean=taken < need)
         try:
             yield admission
         finally:
             with self._condition:
+                self._admitted.remove(admission)
                 self.used -= admission.held
                 self.running -= 1
                 self._condition.notify_all()
@@ -120,6 +164,29 @@ class TakeGate:
         with self._condition:
             given = min(max(0, int(nbytes)), admission.held)
             admission.held -= given
+            admission.bound -= given
             self.used -= given
             self.released_total += given
             self._condition.notify_all()
+
+    def _grow(self, admission: Admission, nbytes: int, cancel: threading.Event | None) -> bool:
+        with self._condition:
+            target = min(int(nbytes), admission.bound)
+            thread, waited = threading.get_ident(), False
+            while target > admission.held:
+                more = target - admission.held
+                alone = self.running == 1
+                admission.held += more  # tried: is the state with it granted still safe?
+                if alone or self._safe([], self.capacity - self.used - more):
+                    self.used += more
+                    break
+                admission.held -= more
+                if cancel is not None and cancel.is_set():
+                    self._waiting_threads.discard(thread)
+                    return False
+                self._waiting_threads.add(thread)
+                self.grow_waits += not waited
+                waited = True
+                self._condition.wait(POLL_S)
+            self._waiting_threads.discard(thread)
+            return True

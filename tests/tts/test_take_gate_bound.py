@@ -115,6 +115,36 @@ def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
         model.take_gate = None
 
 
+def test_takes_admitted_by_their_expected_length_grow_to_their_bound_and_none_fails(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """A take is admitted by the state of its expected length (10 speech tokens a text token) and grows towards
+    its bound (20) as it runs: a budget for 2.5 takes at their bound runs more than two at once; the takes that
+    may not grow yet wait, every take runs to its bound, and the states alive never pass the simulated card."""
+    model = tiny_cosyvoice
+    spec = dict(
+        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
+    )
+    bound = 20 * len(model._encode(TEXT))
+    capacity = int(2.5 * take_state_bytes(model.model, 2 * 50, bound))
+    card = SimulatedCard(capacity)
+    card.install(monkeypatch)
+    model.take_gate = gate = TakeGate(capacity)
+    lengths = {}
+
+    def run(seed):
+        lengths[seed] = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))[-1]["speech_tokens"]
+
+    try:
+        errors = run_together(run, range(6), barrier=True)
+        assert not errors, [str(e) for e in errors]
+        assert set(lengths.values()) == {bound} and len(lengths) == 6
+        assert gate.running_peak >= 3 and gate.grow_waits >= 1 and gate.used == 0
+        assert 0 < card.peak <= capacity
+    finally:
+        model.take_gate = None
+
+
 def test_takes_reading_a_cached_prompt_in_place_give_its_share_back_so_more_run_at_once(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):

@@ -159,6 +159,50 @@ def test_bytes_a_take_gives_back_let_a_waiting_take_in_at_once():
     assert gate.used == 0 and gate.released_total == 80
 
 
+def test_takes_grow_only_while_some_take_can_still_reach_its_bound():
+    """The banker's rule for one resource: takes of bound 8 starting at 2 in a gate of 10. Two run (each could
+    grow in turn), a third waits; one grows to its bound at once; the other's growth waits until it ends."""
+    gate = TakeGate(10)
+    log: list[str] = []
+    steps = {name: threading.Event() for name in ("a grow", "a end", "b grow", "b end")}
+
+    def take(name: str, grow: int | None) -> None:
+        with gate.admitted(8, start_bytes=2) as admission:
+            log.append(f"{name} in")
+            if grow is None:
+                return
+            steps[f"{name} grow"].wait(5)
+            assert admission.grow_to(grow)
+            log.append(f"{name} grew to {admission.held}")
+            steps[f"{name} end"].wait(5)
+
+    def until(entry: str) -> bool:
+        deadline = time.monotonic() + 5
+        while entry not in log and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return entry in log
+
+    threads = [threading.Thread(target=take, args=args) for args in (("a", 8), ("b", 5))]
+    for thread in threads:
+        thread.start()
+    assert until("a in") and until("b in")
+    threads.append(threading.Thread(target=take, args=("c", None)))
+    threads[-1].start()
+    time.sleep(0.2)
+    assert "c in" not in log and gate.waiting == 1  # 4 held, 6 free: three would leave none a way out
+    steps["a grow"].set()
+    assert until("a grew to 8") and gate.used == 10  # the other can still finish once this one has
+    steps["b grow"].set()
+    time.sleep(0.2)
+    assert "b grew to 5" not in log and gate.grow_waits == 1  # nothing free: it waits, holding its 2
+    steps["a end"].set()
+    assert until("b grew to 5") and until("c in")  # a's 8 freed: b grows, and c fits beside b's headroom
+    steps["b end"].set()
+    for thread in threads:
+        thread.join(5)
+    assert log.index("a grew to 8") < log.index("b grew to 5") and gate.used == 0 and gate.running == 0
+
+
 def test_a_pinned_cache_entry_stays_until_its_last_user_unpins_it():
     from studio.recent import RecentlyUsedBytes
 
