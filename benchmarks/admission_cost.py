@@ -27,6 +27,7 @@ from studio.tts.fabricate import yaml_template
 from studio.tts.flow.streaming.incremental import prompt_boundary
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.memory import STATE_STEPS, shared_prompt_bytes, take_state_bytes
+from studio.tts.pipeline import EXPECTED_TOKENS_PER_TEXT_TOKEN
 
 GIB = 2**30
 TAKES_SHARE_24 = (
@@ -82,6 +83,21 @@ def main() -> None:
             f"  {name:55s} mean {mean / GIB:.2f} GiB, median {statistics.median(needs) / GIB:.2f} GiB: "
             f"{capacity / mean:.1f} takes at once"
         )
+    # admitted by the state of its expected length, growing to its text bound: the gate keeps one take's growth
+    # free (the banker's rule for alike takes: n starts plus one take's headroom fit the share)
+    starts = [
+        take_state_bytes(parts, p, min(20, EXPECTED_TOKENS_PER_TEXT_TOKEN) * n)
+        for p, n in zip(prompt_frames, text_tokens, strict=True)
+    ]
+    start, bound = (
+        statistics.mean(starts),
+        statistics.mean(rows["reserved, a real model's text bound (20 x text tokens)"]),
+    )
+    label = f"admitted by its expected length ({EXPECTED_TOKENS_PER_TEXT_TOKEN} x text tokens)"
+    print(
+        f"  {label:55s} mean {start / GIB:.2f} GiB, growing to {bound / GIB:.2f}: "
+        f"{(capacity - (bound - start)) / start:.1f} takes at once"
+    )
     arena = (args.arena_share_gib or args.takes_share_gib) * GIB
     contexts = sorted(p + 2 * t.speech_tokens for t, p in zip(takes, prompt_frames, strict=True))
     print(f"flow arena {arena / GIB:.2f} GiB: takes one batched solve holds (context in 256-frame steps)")
