@@ -84,6 +84,17 @@ def run_together(work, seeds, barrier: bool = False) -> list[Exception]:
     return errors
 
 
+def simulated_budget(model, prompt_wav, monkeypatch, takes: float):
+    """These tests' take (its text runs to 20 speech tokens a text token), that bound, and a simulated card,
+    installed, with room for `takes` takes at their bound: (spec, bound, capacity, card)."""
+    spec = dict(text=TEXT, prompt_wav=prompt_wav, prompt_text="A prompt.", stream=True, text_frontend=False)
+    bound = 20 * len(model._encode(TEXT))
+    capacity = int(takes * take_state_bytes(model.model, 2 * 50, bound))
+    card = SimulatedCard(capacity)
+    card.install(monkeypatch)
+    return spec, bound, capacity, card
+
+
 def test_takes_running_to_their_bound_queue_under_a_tiny_budget_and_none_fails(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):
@@ -122,13 +133,7 @@ def test_takes_admitted_by_their_expected_length_grow_to_their_bound_and_none_fa
     its bound (20) as it runs: a budget for 2.5 takes at their bound runs more than two at once; the takes that
     may not grow yet wait, every take runs to its bound, and the states alive never pass the simulated card."""
     model = tiny_cosyvoice
-    spec = dict(
-        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
-    )
-    bound = 20 * len(model._encode(TEXT))
-    capacity = int(2.5 * take_state_bytes(model.model, 2 * 50, bound))
-    card = SimulatedCard(capacity)
-    card.install(monkeypatch)
+    spec, bound, capacity, card = simulated_budget(model, prompt_wav16k, monkeypatch, takes=2.5)
     model.take_gate = gate = TakeGate(capacity)
     lengths = {}
 
@@ -213,13 +218,7 @@ def test_takes_beyond_the_budget_run_lean_at_once_with_the_same_audio(
     """Room for one kept take: the others are admitted lean (no flow state kept) instead of waiting, none
     fails for memory, and a lean take's audio equals the same take's kept one."""
     model = tiny_cosyvoice
-    spec = dict(
-        text=TEXT, prompt_wav=prompt_wav16k, prompt_text="A prompt.", stream=True, text_frontend=False
-    )
-    bound = 20 * len(model._encode(TEXT))
-    capacity = int(1.2 * take_state_bytes(model.model, 2 * 50, bound))
-    card = SimulatedCard(capacity)
-    card.install(monkeypatch)
+    spec, _, capacity, card = simulated_budget(model, prompt_wav16k, monkeypatch, takes=1.2)
     monkeypatch.setenv("STUDIO_LEAN_TAKES", "1")
     seeds = range(3, 7)
     kept = {
