@@ -93,14 +93,25 @@ async def speech(body: SpeechBody, request: Request):
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     """OpenAI's model list: the model this server speaks with (any ``model`` a request names gets it)."""
+    return {"object": "list", "data": [_model(request.app.state.service)]}
+
+
+@router.get("/v1/models/{model_id}")
+async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
+    """OpenAI's model object for the listed model's id; 404 (``model_not_found``) for any other."""
     service: SpeechService = request.app.state.service
-    model = {
+    if model_id != service.model_name:
+        raise ServiceError(404, f"The model '{model_id}' does not exist", "model", code="model_not_found")
+    return _model(service)
+
+
+def _model(service: SpeechService) -> dict[str, Any]:
+    return {
         "id": service.model_name,
         "object": "model",
         "created": service.model_created,
         "owned_by": "cosyvoice-studio",
     }
-    return {"object": "list", "data": [model]}
 
 
 @router.get("/v1/audio/voices")

@@ -84,6 +84,7 @@ def test_speech_requests_of_any_shape(client, fuzz_voice, body):
                 "/health",
                 "/metrics",
                 "/v1/models",
+                "/v1/models/..%2fnope",
                 "/",
             ]
         ),

@@ -133,6 +133,12 @@ def test_models_and_audio_voices_answer_in_openais_shapes(sdk, server, voice):
     models = sdk.models.list()
     assert [m.id for m in models.data] == [server[1].model_name] and models.data[0].object == "model"
     assert models.data[0].owned_by and isinstance(models.data[0].created, int)
+    assert sdk.models.retrieve(server[1].model_name) == models.data[0]
+    with pytest.raises(openai.NotFoundError) as missing:
+        sdk.models.retrieve("gpt-4o-mini-tts")
+    assert (
+        missing.value.body["code"] == "model_not_found" and "gpt-4o-mini-tts" in missing.value.body["message"]
+    )
     voices = httpx.get(f"{server[0]}/v1/audio/voices", headers={"Authorization": f"Bearer {API_KEY}"}).json()
     assert {"id": voice, "name": "Narrator SDK"} in voices["data"] and voices["voices"] == voices["data"]
 
