@@ -161,10 +161,7 @@ class DiTGraphSolver:
 
     def arena_bytes(self, rows: int, cap: int, steps: int, dtype: torch.dtype) -> int:
         """Bytes of an arena of `rows` CFG rows, `cap` context frames and `steps` Euler step slots."""
-        element = torch.empty((), dtype=dtype).element_size()
-        kv = steps * len(self.estimator.transformer_blocks) * 2 * rows * self._heads * cap * self._dim_head
-        left = steps * 2 * rows * self._width * (self._kernel - 1)
-        return (kv + left) * element
+        return sum(self._elements(steps, rows, cap)) * torch.empty((), dtype=dtype).element_size()
 
     def _plan(self, plans: list[FramePlan]) -> _Batch | None:
         """The first batch from the head of `plans` whose arena view fits the budget, in `arena_tries`' order
