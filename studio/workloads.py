@@ -65,15 +65,22 @@ def text_of(words: int, rng: random.Random) -> str:
     return " ".join(chosen).capitalize() + "."
 
 
-def takes(name: str, count: int, seed: int = 0, voices: int = VOICES) -> list[Take]:
-    """``count`` takes of workload ``name``; the same seed gives the same takes on every machine."""
+def takes(
+    name: str,
+    count: int,
+    seed: int = 0,
+    voices: int = VOICES,
+    speech_tokens_per_text_token: int = SPEECH_TOKENS_PER_TEXT_TOKEN,
+) -> list[Take]:
+    """``count`` takes of workload ``name``; the same seed gives the same takes on every machine. A take's text
+    has ``speech_tokens / speech_tokens_per_text_token`` words (default: its length is its text's bound)."""
     workload = WORKLOADS[name]
     rng = random.Random(f"{name}:{seed}")
     out = []
     for index in range(count):
         seconds = workload.seconds(rng)
         tokens = max(1, round(seconds * TOKENS_PER_SECOND))
-        words = max(1, round(tokens / SPEECH_TOKENS_PER_TEXT_TOKEN) - 1)  # the full stop is a token too
+        words = max(1, round(tokens / speech_tokens_per_text_token) - 1)  # the full stop is a token too
         out.append(Take(index, tokens / TOKENS_PER_SECOND, tokens, text_of(words, rng), index % voices))
     return out
 

@@ -11,6 +11,8 @@
 #                alone)
 #   capture-tests  the GPU tests of captures beside the takes' host copies and of expandable segments (a subset of
 #                gputests)
+#   grow24       the 24 GiB level with takes admitted by their text (bench --admit-by-text: each starts at the
+#                length its text is expected to take and may grow to twice it, as a model that stops is admitted)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
 #                batches beyond it run a step at a time), in fp16 and with float8 states
@@ -35,7 +37,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests capture-tests checks quick quick-ab workload workload64 workload24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
+steps="install gputests capture-tests checks quick quick-ab workload workload64 workload24 grow24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -75,6 +77,11 @@ workload64() {  # the 64-stream level alone
 
 workload24() {
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
+}
+
+grow24() {  # takes admitted by their text's expected length, growing towards its bound
+  workload_bench sentences-c16-budget24-bytext 200 --workload sentences --concurrency 16 --takes 64 \
+    --vram-budget 24 --admit-by-text
 }
 
 fp8() {  # the takes' flow state in float8: the 24 GiB level with it, and its error on CUDA in fp16
@@ -280,7 +287,7 @@ for step in "$@"; do
     cv3-graphs) cv3_graphs ;;
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -52,5 +52,6 @@ def gate_counters(loaded) -> dict:
         "queued_takes": gate.queued_total,
         "lean_takes": gate.lean_total,
         "released_bytes": gate.released_total,  # given back by takes reading a cached prompt in place
+        "grow_waits": gate.grow_waits,  # times a take waited to grow its state towards its bound
         "capacity_bytes": gate.capacity,
     }

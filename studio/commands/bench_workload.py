@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--seconds", type=float, metavar="S", help="stop starting takes after S seconds per level"
     )
+    group.add_argument(
+        "--admit-by-text",
+        action="store_true",
+        help="admit each take as a model that stops is admitted (at the length its text is expected to take, "
+        "growing towards its text's bound of twice that) instead of by its exact length",
+    )
     group.add_argument("--voices", type=int, default=workloads.VOICES, metavar="N", help="voices (default 4)")
     group.add_argument(
         "--seed", type=int, default=0, help="the workload's seed (same takes on every machine)"
@@ -79,7 +85,15 @@ def voice_prompts(count: int) -> list:
     ]
 
 
-def one_take(loaded, take: workloads.Take, prompts: list, stream: bool, arrived: float, seed: int) -> dict:
+def one_take(
+    loaded,
+    take: workloads.Take,
+    prompts: list,
+    stream: bool,
+    arrived: float,
+    seed: int,
+    admit_by_text: bool = False,
+) -> dict:
     """Run ``take``; its record: first audio and underruns from ``arrived`` (perf_counter), or its error."""
     from studio.engine.protocol import Synthesize
     from studio.runtime.runner import output_rate, run_take
@@ -97,6 +111,7 @@ def one_take(loaded, take: workloads.Take, prompts: list, stream: bool, arrived:
             stream=stream,
             seed=seed + take.index,
             exact_speech_tokens=take.speech_tokens,
+            admit_by_text=admit_by_text,
             request_id=f"workload-{take.index}",
         )
         stats = run_take(
@@ -132,7 +147,9 @@ def closed_loop(loaded, takes: list, prompts: list, args, concurrency: int, dead
                 take = next(queue, None)
             if take is None:
                 return
-            record = one_take(loaded, take, prompts, args.stream, time.perf_counter(), args.seed)
+            record = one_take(
+                loaded, take, prompts, args.stream, time.perf_counter(), args.seed, args.admit_by_text
+            )
             with lock:
                 records.append(record)
 
@@ -155,7 +172,11 @@ def open_loop(loaded, takes: list, prompts: list, args, rate: float, deadline: f
             if deadline is not None and arrive > deadline:
                 break
             time.sleep(max(0.0, arrive - time.perf_counter()))
-            futures.append(pool.submit(one_take, loaded, take, prompts, args.stream, arrive, args.seed))
+            futures.append(
+                pool.submit(
+                    one_take, loaded, take, prompts, args.stream, arrive, args.seed, args.admit_by_text
+                )
+            )
         return [f.result() for f in futures]
 
 
@@ -167,14 +188,25 @@ def level_takes(args, level: float, open_loop_level: bool) -> int:
     return max(32, 2 * int(level))
 
 
+def text_ratio(args) -> int:
+    """Speech tokens per text token of the takes' texts: admitted by text, a take's length is what its text is
+    expected to take (so it starts at its length and may grow to twice it); else its text's bound."""
+    if not args.admit_by_text:
+        return workloads.SPEECH_TOKENS_PER_TEXT_TOKEN
+    from studio.tts.pipeline import EXPECTED_TOKENS_PER_TEXT_TOKEN
+
+    return EXPECTED_TOKENS_PER_TEXT_TOKEN
+
+
 def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, open_level: bool) -> dict:
     from studio.commands.bench_counters import flow_counters, gate_counters
 
     count = level_takes(args, level, open_level)
-    warm = workloads.takes(args.workload, 4 if open_level else int(level), args.seed + 1, args.voices)
+    ratio = text_ratio(args)
+    warm = workloads.takes(args.workload, 4 if open_level else int(level), args.seed + 1, args.voices, ratio)
     for _ in range(args.warmup_rounds):  # untimed: the first batches of a size capture their CUDA graphs
         closed_loop(loaded, warm, prompts, args, len(warm), None)
-    takes = workloads.takes(args.workload, count, args.seed, args.voices)
+    takes = workloads.takes(args.workload, count, args.seed, args.voices, ratio)
     vram.new_window()
     counters, gate_before = flow_counters(loaded), gate_counters(loaded)
     gate = getattr(loaded.model, "take_gate", None)
@@ -197,6 +229,7 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
                 ("queued", "queued_takes"),
                 ("lean", "lean_takes"),
                 ("released", "released_bytes"),
+                ("grow_waits", "grow_waits"),
             )
         },
         "admitted_at_once": None if gate is None else gate.running_peak,  # the most takes the gate let run
@@ -253,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
         "model": str(args.model),
         "family": family_of(args.model).name,
         "stream": args.stream,
+        "admission": "text" if args.admit_by_text else "exact length",
         "fp16": args.fp16,
         "warmup_rounds": args.warmup_rounds,
         "good_first_audio_s": workloads.GOOD_FIRST_AUDIO_S,

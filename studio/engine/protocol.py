@@ -92,6 +92,9 @@ class Synthesize:
     stream: bool = True
     request_id: str = field(default_factory=new_request_id)
     exact_speech_tokens: int | None = None  # benchmarks: ignore stop ids, decode exactly N tokens
+    admit_by_text: bool = (
+        False  # benchmarks: an exact-length take admitted as its text's take (see SynthesisSpec)
+    )
     first_hop_tokens: int = 0  # streaming: the first chunk after N tokens (0: upstream's schedule)
 
     def __post_init__(self) -> None:

@@ -162,6 +162,7 @@ def build_spec(request: Synthesize, cancel: threading.Event | None = None):
         speed=request.speed,
         seed=request.seed,
         exact_speech_tokens=request.exact_speech_tokens,
+        admit_by_text=request.admit_by_text,
         first_hop_tokens=request.first_hop_tokens or None,  # 0: as configured (STUDIO_FIRST_HOP_TOKENS)
         cancel=cancel,
     )

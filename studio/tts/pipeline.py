@@ -69,7 +69,7 @@ def _sentence(
         key=(tuple(text_ids), tuple(prompt.prompt_text_ids), tuple(prompt.llm_speech_tokens)),
     )
     n_prompt = len(prompt.prompt_text_ids)
-    min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
+    text_min, text_max = min_len, max_len = llm.length_bounds(n_prompt + len(text_ids), n_prompt)
     ignore_stop = spec.exact_speech_tokens is not None
     if ignore_stop:
         min_len = max_len = int(spec.exact_speech_tokens)
@@ -90,9 +90,13 @@ def _sentence(
         # admitted by the state of the length its text is expected to take, it may grow to the longest it can
         # take (its token bound); the gate lets it grow only while some take can always finish (take_gate.py)
         prompt_frames = prompt.flow_feat.shape[1]
-        need = voice.take_state_bytes(prompt_frames, max_len)
-        expected = max_len if ignore_stop else min(max_len, EXPECTED_TOKENS_PER_TEXT_TOKEN * len(text_ids))
-        start = voice.take_state_bytes(prompt_frames, max(min_len, expected))
+        if ignore_stop and not spec.admit_by_text:  # an exact length: admitted by it
+            bound = start_tokens = max_len
+        else:  # a stopping take's (or one admitted as it would be): by its text's bounds
+            bound = max(max_len, text_max)
+            start_tokens = min(bound, max(text_min, EXPECTED_TOKENS_PER_TEXT_TOKEN * len(text_ids)))
+        need = voice.take_state_bytes(prompt_frames, bound)
+        start = voice.take_state_bytes(prompt_frames, start_tokens)
         lean = None
         if spec.stream and envs.LEAN_TAKES.enabled():  # opt-in: measured slower at 24 GiB (perf-history.md)
             lean = voice.lean_take_state_bytes(prompt_frames)

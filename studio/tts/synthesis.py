@@ -35,7 +35,9 @@ class SynthesisSpec:
     ``prompt_wav`` is a path or a mono float array (``prompt_sr`` gives its rate; arrays default to
     16 kHz as upstream's ``prompt_speech_16k``); ``spk_id`` names a voice saved by ``add_zero_shot_spk``
     and replaces the prompt audio (never the instruction). ``exact_speech_tokens`` makes the LM ignore
-    stop ids and produce exactly that many tokens per sentence (benchmarks). ``cancel`` stops the work
+    stop ids and produce exactly that many tokens per sentence (benchmarks); with ``admit_by_text`` the VRAM
+    gate admits such a take as it admits a take that stops (at the length its text is expected to take, growing
+    towards its text's bound), so a benchmark measures growing admission. ``cancel`` stops the work
     when set, like closing the generator. ``token_backend`` decodes this request's speech tokens in
     place of the model's LM (the warm-up beside vLLM's start replays tokens: `ReplayTokens`).
     """
@@ -52,6 +54,9 @@ class SynthesisSpec:
     seed: int | None = None
     text_frontend: bool = True
     exact_speech_tokens: int | None = None
+    admit_by_text: bool = (
+        False  # an exact-length take admitted by its text's bounds, as a stopping model's take
+    )
     first_hop_tokens: int | None = None  # streaming: a shorter first chunk (None: STUDIO_FIRST_HOP_TOKENS)
     cancel: threading.Event | None = field(default=None, compare=False)
     token_backend: TokenBackend | None = field(default=None, compare=False)  # None: the model's LM

@@ -242,3 +242,30 @@ def test_takes_beyond_the_budget_run_lean_at_once_with_the_same_audio(
             assert (audio[seed] - kept[seed]).norm() / kept[seed].norm() < 1e-4
     finally:
         model.take_gate = None
+
+
+def test_an_exact_length_take_admitted_by_text_is_admitted_as_a_take_that_stops(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """bench --admit-by-text: a take of an exact length (the benchmark's stand-in for where a model stops) is
+    admitted by its text's expected length and bound, as a take that stops is; without it, by its length."""
+    model = tiny_cosyvoice
+    spec, bound, capacity, _ = simulated_budget(model, prompt_wav16k, monkeypatch, takes=2.5)
+    model.take_gate = gate = TakeGate(capacity)
+    asked, admitted = [], gate.admitted
+
+    def spy(need, cancel=None, **kwargs):
+        asked.append((need, kwargs.get("start_bytes")))
+        return admitted(need, cancel, **kwargs)
+
+    monkeypatch.setattr(gate, "admitted", spy)
+    length = bound // 2  # the expected length: 10 speech tokens a text token
+    try:
+        for by_text in (False, True):
+            take = SynthesisSpec(**spec, seed=0, exact_speech_tokens=length, admit_by_text=by_text)
+            assert list(model.synthesize(take))[-1]["speech_tokens"] == length
+    finally:
+        model.take_gate = None
+    state = lambda tokens: take_state_bytes(model.model, 2 * 50, tokens)  # noqa: E731
+    assert asked == [(state(length), state(length)), (state(bound), state(length))]
+    assert gate.used == 0
