@@ -32,6 +32,18 @@ In the middle of a long paragraph, the speaker paused for breath, laughed quietl
 """
 
 
+def _sample_lines() -> list[str]:
+    """The training sample's lines, with the benchmark workloads' words (each after a space, and capitalised
+    at a line's start as a sentence's first word): Qwen's vocabulary holds each as one token, so a workload's text of
+    N words is N text tokens here too, as `studio.workloads` counts them."""
+    from studio.workloads import WORDS
+
+    words = sorted(set(WORDS))
+    sample = [line for line in _SAMPLE_TEXT.strip().splitlines() if line]
+    capitalised = [word.capitalize() for word in words]  # each a line's first word: no space before it
+    return sample + [" " + " ".join(words)] + capitalised
+
+
 def _qwen2_pipeline():
     """A BPE tokenizer with Qwen2's normaliser, pre-tokeniser and decoder (as transformers' Qwen2Tokenizer)."""
     from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
@@ -97,8 +109,7 @@ def write_tokenizer_folder(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    lines = [line for line in _SAMPLE_TEXT.strip().splitlines() if line]
-    tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer.train_from_iterator(_sample_lines(), trainer=trainer)
     tokenizer.model.save(str(directory))
     base = tokenizer.get_vocab_size()
 
