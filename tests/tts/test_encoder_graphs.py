@@ -218,3 +218,33 @@ def test_a_solve_replays_a_captured_larger_context_rather_than_make_a_new_shape(
     assert replayable_context(graphs, key, lambda context: context < 768) == 512
     assert replayable_context(graphs, (2, 64, 1024, torch.float16, 10, None), lambda c: True) == 1536
     assert replayable_context(graphs, (2, 64, 512, torch.float32, 10, None), lambda c: True) == 512
+
+
+def test_with_capture_when_paid_a_shape_is_captured_once_its_eager_calls_cost_a_capture():
+    """`capture_when_paid` (HiFT's and the encoder's graphs): after a first capture measures what one costs, a
+    new shape runs eagerly until its eager calls have cost that much host time, then is captured; its result
+    is the function's throughout. A shape that stops recurring before (a take's last chunk) is never captured."""
+    now = [0.0]
+
+    def costly(inputs):  # an eager call: 10 ms of host time on the test's clock
+        now[0] += 0.010
+        return (inputs[0] * 2,)
+
+    def capture(run, device, pool, context=None, warmup=1):
+        now[0] += 0.035  # recording and instantiating, beside the run replaying_capture makes
+        return replaying_capture(run, device, pool)
+
+    graphs = ShapeGraphs(
+        "test", costly, eager_first=1, capture=capture, capture_when_paid=True, clock=lambda: now[0]
+    )
+    x = torch.arange(3.0)
+    graphs(("a",), (1,), (x,))
+    graphs(("a",), (1,), (x,))  # no capture measured yet: a recurring shape is captured at once
+    assert graphs.captures == 1
+    for call in range(5):  # 45 ms a capture: 5 eager calls of 10 ms pay it
+        assert torch.equal(graphs(("b",), (1,), (x + call,))[0], (x + call) * 2)
+        if call < 2:  # recurs twice more, then stops: never paid
+            graphs(("c",), (1,), (x,))
+    assert graphs.captures == 1 and graphs.pending() == 2
+    assert torch.equal(graphs(("b",), (1,), (x + 9,))[0], (x + 9) * 2)
+    assert graphs.captures == 2 and graphs.keys() == [("a",), ("b",)]

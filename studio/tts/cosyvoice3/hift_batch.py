@@ -90,7 +90,12 @@ class SpectrumGraphs:
         self.hift = hift
         self.stft_rate = hift.upsample_scale // hift.hop_len  # STFT frames per mel frame
         self._graphs = ShapeGraphs(
-            "CosyVoice3 HiFT", self._run, SPECTRUM_GRAPHS_KEPT, eager_first=1, capture=capture
+            "CosyVoice3 HiFT",
+            self._run,
+            SPECTRUM_GRAPHS_KEPT,
+            eager_first=1,
+            capture=capture,
+            capture_when_paid=True,
         )
         self.anywhere = capture is not capture_graph
 

@@ -24,6 +24,7 @@ T = TypeVar("T")
 # A key whose capture ran out of memory runs eagerly this many more times before it is captured again (a full
 # budget frees as takes end; trying at every call would pay a failed capture's cost each time)
 OOM_RETRY_AFTER = 8
+CAPTURE_TIMES_KEPT = 16  # the recent captures whose mean host time a key's eager calls must pay first
 
 
 def autocast_dtype(device_type: str = "cuda") -> torch.dtype | None:
@@ -147,6 +148,11 @@ class ShapeGraphs:
 
     - The first `eager_first` calls of a key run eagerly: a shape seen once (a long prompt, an odd batch)
       costs no capture; one that recurs is captured at its next call, without a warm-up pass.
+    - With `capture_when_paid`, a key is captured only once its eager calls have cost as much host time as a
+      capture costs (the mean of this cache's captures so far; the rule of renting until the rent paid equals
+      the price): under mixed lengths most shapes (a take's last chunk) recur a few times and never repay a
+      capture, while a steady shape is captured after a few calls. Under load, its host time is what the
+      scheduler's tick spends: 51 HiFT captures of 0.13-0.38 s each in one 64-stream level.
     - Or earlier, while the GPU's worker is idle (`capture_one_pending`): a key that ran eagerly keeps a
       copy of its inputs, and is captured from them without a warm-up pass, off any take's path.
     - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
@@ -167,11 +173,17 @@ class ShapeGraphs:
         max_graphs: int = 16,
         eager_first: int = 0,
         capture=capture_graph,
+        capture_when_paid: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         self.name = name
         self.run = run
         self.max_graphs = max_graphs
         self.eager_first = eager_first
+        self.capture_when_paid = capture_when_paid
+        self._clock = clock
+        self._capture_s: list[float] = []  # the host time of each capture so far
+        self._eager_s: dict[tuple, float] = {}  # host time of a key's eager calls, while it has no graph
         self.enabled = True
         self.captures = 0
         self.out_of_memory = 0  # captures that found no memory (graphs stayed on)
@@ -203,17 +215,21 @@ class ShapeGraphs:
             captured = self._graphs.get(key)
             if captured is None:
                 seen = self._seen.pop(key, 0)
-                if seen < self.eager_first:
+                if seen < self.eager_first or not self._paid(key):
                     self._seen[key] = seen + 1
                     while len(self._seen) > 8 * self.max_graphs:
-                        self._seen.popitem(last=False)
+                        self._eager_s.pop(self._seen.popitem(last=False)[0], None)
                     inference = torch.is_inference_mode_enabled()
                     self._pending[key] = (tuple(tensor.clone() for tensor in inputs), context, inference)
                     self._pending.move_to_end(key)
                     while len(self._pending) > self.max_graphs:
                         self._pending.popitem(last=False)
-                    return self.run(inputs)
+                    started = self._clock()
+                    outputs = self.run(inputs)
+                    self._eager_s[key] = self._eager_s.get(key, 0.0) + self._clock() - started
+                    return outputs
                 self._pending.pop(key, None)
+                self._eager_s.pop(key, None)
                 captured = self._new_graph(key, inputs, context, warmup=0 if seen else 1)
                 if captured is None:
                     return self.run(inputs)
@@ -222,6 +238,13 @@ class ShapeGraphs:
                 static.copy_(value)
             captured.graph.replay()
             return tuple(tensor.clone() for tensor in captured.outputs)
+
+    def _paid(self, key: tuple) -> bool:
+        """Whether `key`'s eager calls have cost a capture's host time (always, without `capture_when_paid`
+        or before a first capture has measured one) (lock held)."""
+        if not self.capture_when_paid or not self._capture_s:
+            return True
+        return self._eager_s.get(key, 0.0) >= sum(self._capture_s) / len(self._capture_s)
 
     def __len__(self) -> int:
         """Graphs kept."""
@@ -245,6 +268,7 @@ class ShapeGraphs:
                 return False
             key, (inputs, context, inference) = self._pending.popitem(last=True)
             self._seen.pop(key, None)
+            self._eager_s.pop(key, None)
             if key not in self._graphs:
                 with torch.inference_mode(inference):
                     self._new_graph(key, inputs, context, warmup=0)
@@ -254,6 +278,7 @@ class ShapeGraphs:
         """Forget every graph (a pool whose graphs are all gone cannot take a new capture: a new one)."""
         self._graphs.clear()
         self._seen.clear()
+        self._eager_s.clear()
         self._pending.clear()
         self._pool = None
 
@@ -263,7 +288,7 @@ class ShapeGraphs:
         """Capture `run` for `key`; without a warm-up pass when the key ran eagerly before (its lazy state,
         such as kernel choices, is made)."""
         static = tuple(tensor.clone() for tensor in inputs)
-        started = time.monotonic()
+        started = self._clock()
         try:
             graph, outputs, self._pool = self._capture(
                 lambda: self.run(static), static[0].device, self._pool, context() if context else None, warmup
@@ -282,6 +307,8 @@ class ShapeGraphs:
             self.enabled = False
             self.drop()
             return None
+        took = self._clock() - started
+        self._capture_s = (self._capture_s + [took])[-CAPTURE_TIMES_KEPT:]
         captured = self._graphs[key] = _Captured(graph, static, tuple(outputs))
         self.captures += 1
         while len(self._graphs) > self.max_graphs:
@@ -290,7 +317,7 @@ class ShapeGraphs:
             "%s: CUDA graph captured for %s in %.3f s (%d kept)",
             self.name,
             key,
-            time.monotonic() - started,
+            took,
             len(self._graphs),
         )
         return captured

@@ -5,6 +5,7 @@ generator, in upstream's order), so the captured part is deterministic and equal
 A graph is captured per exact shape (batch, mel frames, source-cache length, dtype): HiFT's convolutions
 are not causal, so padding would change the output. Streaming repeats a few shapes (the first chunk, the
 steady chunks, the cross-fade cache), so a small LRU of graphs (`ShapeGraphs`) serves nearly every chunk; a
+shape is captured once its eager calls have cost what a capture costs (or while the GPU idles); a
 capture that fails switches graphs off and the vocoder keeps running eagerly.
 """
 
@@ -22,8 +23,11 @@ class HiftGraphs:
 
     def __init__(self, hift: nn.Module, max_graphs: int = 32):
         self.hift = hift
-        # eager first: a last chunk's length is seldom seen twice, and its capture cost 0.13-0.38 s on the H200
-        self._graphs = ShapeGraphs("HiFT", self._run, max_graphs=max_graphs, eager_first=1)
+        # eager until a shape's eager calls have cost a capture: a last chunk's length seldom recurs, and a
+        # capture cost 0.13-0.38 s on the H200
+        self._graphs = ShapeGraphs(
+            "HiFT", self._run, max_graphs=max_graphs, eager_first=1, capture_when_paid=True
+        )
 
     @property
     def captures(self) -> int:

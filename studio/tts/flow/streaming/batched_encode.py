@@ -152,5 +152,10 @@ def attach_encoder_graphs(flow: nn.Module, enabled: bool = True, capture=capture
         return (encode_rows(flow, ids, sizes, ids.shape[1]),)
 
     flow.encoder_graphs = ShapeGraphs(
-        "flow encoder", run, max_graphs=ENCODER_GRAPHS_KEPT, eager_first=1, capture=capture
+        "flow encoder",
+        run,
+        max_graphs=ENCODER_GRAPHS_KEPT,
+        eager_first=1,
+        capture=capture,
+        capture_when_paid=True,
     )
