@@ -26,7 +26,7 @@ from dataclasses import dataclass
 POLL_S = 0.05
 
 
-@dataclass
+@dataclass(eq=False)  # each take is itself: two holding the same bytes are not one (the gate's list removes by it)
 class Admission:
     """A take let in: ``lean`` when by its lean need (it keeps no flow state); it holds ``held`` bytes."""
 

@@ -339,3 +339,14 @@ def test_on_cuda_memory_grows_in_expandable_segments_and_graphs_still_capture(mo
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(output, x * 2 + 1)
+
+
+def test_takes_holding_the_same_bytes_leave_the_gate_each_as_itself():
+    """Two takes admitted alike are two: the one that ends first leaves, the other stays counted, grows and
+    leaves in turn (found on an H100: the first to end took its twin's place out of the gate's list)."""
+    gate = TakeGate(100)
+    with gate.admitted(8, start_bytes=2) as first:
+        with gate.admitted(8, start_bytes=2):
+            assert gate.running == 2 and gate.used == 4
+        assert gate._admitted == [first] and first.grow_to(5) and gate.used == 5
+    assert gate.used == 0 and gate.running == 0 and gate._admitted == []
