@@ -190,9 +190,13 @@ def _run_with_progress(render, records, loaded, concurrency: int) -> None:
     def synthesize(request, cancel: threading.Event):
         chunks: list = []
 
-        def queued() -> None:  # once per line whose take waits in the take gate
-            words = request.text if len(request.text) <= 40 else request.text[:39] + "…"
-            bar.write(f"waiting for GPU memory… ({words})", file=sys.stderr)
+        told = threading.Event()
+
+        def queued() -> None:  # once per line whose take waits in the take gate (to start or to grow)
+            if not told.is_set():
+                told.set()
+                words = request.text if len(request.text) <= 40 else request.text[:39] + "…"
+                bar.write(f"waiting for GPU memory… ({words})", file=sys.stderr)
 
         runner.run_take(
             loaded.model,

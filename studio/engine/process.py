@@ -31,6 +31,7 @@ from studio.engine.protocol import (
     Error,
     Hello,
     LoadModel,
+    PrepareVoice,
     Progress,
     Shutdown,
     State,
@@ -57,6 +58,9 @@ class Engine:
         self._loaded_request: LoadModel | None = None  # what self.loaded was made from
         self._idle_since: float | None = None  # since when no take runs, until memory is given back
         self._trimmed_at = time.monotonic()  # when memory was last given back
+        self._prepare_lock = threading.Lock()
+        self._prepare_next: PrepareVoice | None = None  # the newest voice waiting to be prepared
+        self._preparer: threading.Thread | None = None  # prepares voices one at a time while it has any
 
     # ---------------------------------------------------------------- sending
     def send(self, event: Any) -> None:
@@ -106,6 +110,7 @@ class Engine:
                     self._ready_again()
             return
         self.cancel_all(wait=True)
+        self._stop_preparing()
         if self.loaded is not None:
             self.loaded.close()
             self.loaded = None
@@ -242,6 +247,57 @@ class Engine:
             self._trimmed_at = now
         release_memory()
 
+    def prepare_voice(self, request: PrepareVoice) -> None:
+        """Make the voice's prompt state in the background, one voice at a time; of the voices sent while one
+        is being made, only the newest is made next (a user clicking through voices keeps the last)."""
+        if self.loaded is None or not hasattr(self.loaded.model, "prepare_voice"):
+            log.info("prepare voice: no model loaded; its first take will make its prompt state")
+            return
+        with self._prepare_lock:
+            self._prepare_next = request
+            if self._preparer is None:
+                self._preparer = threading.Thread(
+                    target=self._prepare_voices, name="prepare-voice", daemon=True
+                )
+                self._preparer.start()
+
+    def _prepare_voices(self) -> None:
+        from studio.voices import saved_prompt
+
+        while True:
+            with self._prepare_lock:
+                request, self._prepare_next = self._prepare_next, None
+                loaded = self.loaded
+                if request is None or loaded is None:
+                    self._preparer = None
+                    return
+            try:
+                wav, rate = request.prompt_wav, request.prompt_sr
+                if wav is None:
+                    saved = saved_prompt(request.voice_id)
+                    if saved is None:
+                        log.info("prepare voice: no voice %r in the library", request.voice_id)
+                        continue
+                    wav, rate, _ = saved
+                start = time.perf_counter()
+                made = loaded.model.prepare_voice(wav, rate)
+                log.info(
+                    "voice %s prepared in %.2f s (%s)",
+                    request.voice_id or "(recording)",
+                    time.perf_counter() - start,
+                    "prompt state made" if made else "already prepared",
+                )
+            except Exception:  # noqa: BLE001 - a head start only: the take reports a bad voice itself
+                log.warning("could not prepare voice %s", request.voice_id or "(recording)", exc_info=True)
+
+    def _stop_preparing(self, timeout: float = 30.0) -> None:
+        """Drop the voices waiting to be prepared and wait for the one being made (before the model goes)."""
+        with self._prepare_lock:
+            self._prepare_next = None
+            preparer = self._preparer
+        if preparer is not None:
+            preparer.join(timeout)
+
     def cancel(self, request_id: str) -> None:
         with self._takes_lock:
             take = self._takes.get(request_id)
@@ -263,6 +319,7 @@ class Engine:
 
     def shutdown(self) -> None:
         self.cancel_all(wait=True)
+        self._stop_preparing()
         if self.loaded is not None:
             try:
                 self.loaded.close()
@@ -307,6 +364,8 @@ def engine_main(requests: Any, events: Any, log_path: str) -> None:
                 engine.load(request)
             elif isinstance(request, Synthesize):
                 engine.synthesize(request)
+            elif isinstance(request, PrepareVoice):
+                engine.prepare_voice(request)
             elif isinstance(request, Transcribe):
                 asr.submit(request)
             elif isinstance(request, Cancel):

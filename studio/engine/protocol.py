@@ -1,6 +1,7 @@
 """The engine protocol: frozen, picklable dataclasses sent between the studio and the engine process.
 
-Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``Transcribe``, ``Cancel``, ``Shutdown``.
+Requests (studio -> engine): ``LoadModel``, ``Synthesize``, ``PrepareVoice``, ``Transcribe``, ``Cancel``,
+``Shutdown``.
 Events (engine -> studio): ``Hello`` (always first; carries ``PROTOCOL_VERSION``), ``State``,
 ``Progress``, ``TakeQueued``, ``AudioChunk``, ``TakeFinished``, ``Transcript``, ``Error``.
 
@@ -10,6 +11,7 @@ A session looks like::
     -> LoadModel(model_dir, ...)  <- State(LOADING) ... State(WARMING) ... State(READY, load_s, warmup_s)
     -> Synthesize(request_id=..)  <- State(BUSY) (TakeQueued) AudioChunk* (Progress*) TakeFinished | Error
                                   <- State(READY)
+    -> PrepareVoice(prompt_wav..) (no answer: the voice's prompt state is made in the background)
     -> Cancel(request_id)         <- TakeFinished(stats.cancelled=True) for that request
     -> Transcribe(request_id=..)  <- Progress* (a first download) Transcript | Error   (no model needed)
     -> Shutdown()                 <- State(STOPPED), then the process exits
@@ -18,7 +20,8 @@ A load that fails answers ``Error(None, ...)`` and ``State(ERROR)`` (the process
 already loaded answers ``State(READY)`` at once. The backend actually used is in ``State.backend``, and
 ``State.backend_reason`` says why when vLLM was asked for but PyTorch runs.
 Every take ends with exactly one ``TakeFinished`` or one ``Error`` carrying its ``request_id``. A take held back
-for GPU memory (the model's take gate) sends one ``TakeQueued`` before its first ``AudioChunk``.
+for GPU memory (the model's take gate) sends a ``TakeQueued`` each time it starts to wait (before its first
+``AudioChunk``, or between chunks while its state may not grow yet).
 Audio is float32 mono; each ``AudioChunk`` carries its rate (``SAMPLE_RATE``, 24 kHz, for CosyVoice2). All numbers in seconds unless named otherwise.
 """
 
@@ -33,7 +36,7 @@ import numpy as np
 
 from studio.request import SAMPLE_RATE, Mode, RequestError, validate_take
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 class EngineState(StrEnum):
@@ -143,6 +146,30 @@ class Transcribe:
 
 
 @dataclass(frozen=True)
+class PrepareVoice:
+    """Make a voice's prompt state now, ahead of its first take (the studio sends it when the user picks,
+    records or cleans a voice), so that take starts as fast as the voice's later ones. The voice is audio
+    (``prompt_wav`` float32 mono + ``prompt_sr``) or a library ``voice_id``. No event answers it: a voice that
+    cannot be prepared is logged, and its take reports the problem as it would have."""
+
+    prompt_wav: np.ndarray | None = None
+    prompt_sr: int = 0
+    voice_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prompt_wav is None:
+            if not self.voice_id:
+                raise RequestError("prompt_wav", "a voice to prepare needs prompt_wav or voice_id")
+            return
+        if self.prompt_sr <= 0:
+            raise RequestError("prompt_sr", "prompt_sr must be given with prompt_wav")
+        wav = np.asarray(self.prompt_wav)
+        if wav.ndim != 1 or wav.size == 0:
+            raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
+        object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
+
+
+@dataclass(frozen=True)
 class Cancel:
     """Stop a take; the engine answers with its TakeFinished (cancelled=True)."""
 
@@ -193,8 +220,9 @@ class Progress:
 
 @dataclass(frozen=True)
 class TakeQueued:
-    """A take waits for GPU memory that running takes hold; it starts by itself once they give it back.
-    Sent at most once per take, before its first ``AudioChunk``."""
+    """A take waits for GPU memory that running takes hold; it goes on by itself once they give it back.
+    Sent each time the take starts to wait: before its first ``AudioChunk`` (to start), or between chunks
+    (to grow its state as it runs longer: its audio pauses until the next chunk)."""
 
     request_id: str
     reason: str = "other takes are using it"
@@ -258,5 +286,5 @@ class Error:
     traceback: str = ""
 
 
-Request = LoadModel | Synthesize | Transcribe | Cancel | Shutdown
+Request = LoadModel | Synthesize | PrepareVoice | Transcribe | Cancel | Shutdown
 Event = Hello | State | Progress | TakeQueued | AudioChunk | TakeFinished | Transcript | Error

@@ -31,6 +31,7 @@ from studio.gui.take.take_controller import TakeController
 from studio.gui.take.takes_panel import TakesPanel
 from studio.gui.take.text_panel import TextPanel
 from studio.gui.voice.denoise import TakeDenoiser
+from studio.gui.voice.head_start import VoiceHeadStart
 from studio.gui.voice.reference_draft import DraftStore
 from studio.gui.voice.transcripts import TranscriptController
 from studio.gui.voice.voice_panel import VoicePanel
@@ -164,6 +165,7 @@ class MainWindow(QMainWindow):
         self.playback.sig_message.connect(self.show_message)
         self.takes.sig_started.connect(self.on_take_started)
         self.takes.sig_queued.connect(self.preview.wait_for_memory)
+        self.takes.sig_paused.connect(self.preview.pause_for_memory)
         self.takes.sig_chunk.connect(self.on_take_chunk)
         self.takes.sig_finished.connect(self.on_take_finished)
         self.takes.sig_failed.connect(self.on_take_failed)
@@ -178,6 +180,7 @@ class MainWindow(QMainWindow):
         self.transcripts.sig_progress.connect(self.voice_panel.transcript_box.status.setText)
         self.voice_panel.transcript_box.sig_use_cross_lingual.connect(self.text_panel.use_cross_lingual)
         self.voice_panel.sig_prompt_changed.connect(self._on_prompt_changed)
+        self.voice_head_start = VoiceHeadStart(self.bridge, self.voice_panel, self)
         self.voice_panel.sig_message.connect(self.show_message)
         self.takes_panel.sig_play.connect(self.play_take)
         self.takes_panel.sig_message.connect(self.show_message)

@@ -192,7 +192,8 @@ def run_take(
     """Synthesise one take, streaming chunks to ``on_chunk``; stops early (cancelled=True) on ``cancel``.
 
     ``on_progress(speech_tokens_so_far, audio_seconds_so_far)`` follows each chunk; ``on_queued()`` is called
-    once (from another thread) when the take waits for GPU memory in the model's take gate.
+    (from another thread) each time the take starts to wait for GPU memory in the model's take gate: before
+    its first chunk (to start) or between chunks (to grow its state: its audio pauses meanwhile).
     """
     cancel = cancel or threading.Event()
     gate = getattr(model, "take_gate", None) if on_queued is not None else None
@@ -207,10 +208,11 @@ def run_take(
 
 
 def _watch_queue(gate: Any, thread_id: int, finished: threading.Event, on_queued: Callable[[], None]) -> None:
+    waiting = False
     while not finished.wait(QUEUE_POLL_S):
-        if gate.queues(thread_id):
+        was, waiting = waiting, gate.queues(thread_id)
+        if waiting and not was:
             on_queued()
-            return
 
 
 def _run_take(model, request, cancel, on_chunk, on_progress, backend) -> TakeStats:

@@ -182,9 +182,18 @@ class CosyVoice2:
             log.warning("could not warm the prompt flow cache for voice %r", zero_shot_spk_id, exc_info=True)
         return True
 
-    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> None:
-        """The voice's first streamed take then skips its prompt frames (STUDIO_PROMPT_CACHE_MB=0: off)."""
-        warm_prompt_cache(self.model.flow, token, feat, embedding, fp16=self.fp16)
+    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> bool:
+        """The voice's first streamed take then skips its prompt frames (STUDIO_PROMPT_CACHE_MB=0: off); True
+        when its state was computed now."""
+        return warm_prompt_cache(self.model.flow, token, feat, embedding, fp16=self.fp16)
+
+    def prepare_voice(self, prompt_wav, prompt_sr: int | None = None) -> bool:
+        """Make a reference recording's prompt features and its prompt flow state now, ahead of its first take
+        (the studio calls it when the user picks or cleans a voice): that take then starts as fast as the
+        voice's later ones. True when the flow state was computed now (False: it was cached already, or the
+        prompt cache is off); bad audio raises `SynthesisError`, as a take with it would."""
+        tokens, feat, embedding = self._prompt_features(prompt_wav, prompt_sr)
+        return self._warm_saved_voice(torch.tensor([tokens], dtype=torch.int32), feat, embedding)
 
     def save_spkinfo(self) -> Path:
         """Write the saved voices to the user data folder (the model folder may be read-only)."""

@@ -1,4 +1,5 @@
-"""A take the take gate holds back for GPU memory tells the studio so (TakeQueued) before its first chunk.
+"""A take the take gate holds back for GPU memory tells the studio so (TakeQueued) before its first chunk, and
+again each time it starts to wait between chunks.
 
 The engine's own take path (``Engine.synthesize`` -> ``runner.run_take`` -> the runtime's take gate) runs here
 in this process on the tiny model, its events crossing a real pipe. On the CPU no gate is made from a memory
@@ -7,6 +8,7 @@ budget, so the test gives the model one and fills it, as a take already running 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 
 import pytest
@@ -22,6 +24,7 @@ from studio.engine.protocol import (
     TakeFinished,
     TakeQueued,
 )
+from studio.runtime import runner
 from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 from studio.tts.take_gate import TakeGate
 
@@ -104,3 +107,26 @@ def test_a_queued_take_cancelled_while_it_waits_ends_cancelled_without_audio(eng
         events = engine.until(lambda e: isinstance(e, TakeFinished) and e.request_id == request.request_id)
     assert events[-1].stats.cancelled and events[-1].stats.chunks == 0
     assert not any(isinstance(e, AudioChunk) for e in events)
+
+
+def test_the_queue_watch_tells_each_time_a_take_starts_to_wait(monkeypatch):
+    """`run_take`'s watch on the gate: a take that waits to start, runs, then waits to grow its state mid-take
+    is told of twice (once a wait), not once per poll and not only the first time."""
+    monkeypatch.setattr(runner, "QUEUE_POLL_S", 0.005)
+    looks = iter([False, True, True, False, False, True, True, False])
+    done, told = threading.Event(), []
+
+    class Gate:
+        def queues(self, thread_id: int) -> bool:
+            waiting = next(looks, None)
+            if waiting is None:
+                done.set()
+            return bool(waiting)
+
+    finished = threading.Event()
+    watch = threading.Thread(target=runner._watch_queue, args=(Gate(), 1, finished, lambda: told.append(1)))
+    watch.start()
+    assert done.wait(10)
+    finished.set()
+    watch.join(10)
+    assert told == [1, 1] and not watch.is_alive()

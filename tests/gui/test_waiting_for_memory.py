@@ -1,5 +1,6 @@
 """A take the engine holds back for GPU memory (TakeQueued) reads as waiting, not as a hang: the preview's status
-line and the Script tab's line status say so until the take's first chunk arrives.
+line and the Script tab's line status say so until the take's first chunk arrives, and a take whose audio
+pauses mid-take (it waits to grow its state) says so until its next chunk.
 
 The window runs without an engine process: the bridge's client takes the requests, and the test emits the
 bridge's signals as the engine's events would (the engine's side is tests/engine/test_engine_take_queued.py)."""
@@ -19,6 +20,7 @@ from studio.voices import VoiceLibrary
 
 pytestmark = pytest.mark.gui
 WAITING = "Waiting for GPU memory… (other takes are using it)"
+PAUSED = "Paused: waiting for GPU memory to go on (other takes are using it) · 0.1 s so far"
 SCRIPT = "[Alice] The first line.\n[Alice] The second line.\n"
 
 
@@ -58,10 +60,13 @@ def test_the_preview_says_a_queued_take_waits_for_memory_until_its_first_chunk(w
     window.bridge.sig_chunk.emit(_chunk(request_id))
     qtbot.waitUntil(lambda: preview.stats.text().startswith("First audio after"), timeout=2000)
     assert "GPU memory" not in preview.stats.text() and preview.waveform.placeholder == ""
-    window.bridge.sig_take_queued.emit(TakeQueued(request_id))  # late: its audio already streams
-    assert preview.stats.text().startswith("First audio after")
+    window.bridge.sig_take_queued.emit(TakeQueued(request_id))  # mid-take: it waits to grow its state
+    qtbot.waitUntil(lambda: preview.stats.text() == PAUSED, timeout=2000)
+    assert preview.waveform.placeholder == "" and preview.waveform.duration == pytest.approx(0.1)
+    window.bridge.sig_chunk.emit(_chunk(request_id, 1))  # it goes on: the pause is over
+    qtbot.waitUntil(lambda: preview.stats.text().startswith("First audio after"), timeout=2000)
 
-    window.bridge.sig_take_finished.emit(TakeFinished(request_id, _stats(1)))
+    window.bridge.sig_take_finished.emit(TakeFinished(request_id, _stats(2)))
     qtbot.waitUntil(lambda: not window.takes.busy, timeout=2000)
 
 
@@ -86,6 +91,10 @@ def test_a_script_line_waiting_for_memory_shows_it_on_its_status_until_its_audio
         view.controller.retake(2)  # a waiting line is in flight: no second take of it
 
     window.bridge.sig_chunk.emit(_chunk(second))
+    assert view.table.status_of(1) == "rendering…"
+    window.bridge.sig_take_queued.emit(TakeQueued(second))  # mid-take: it waits to go on
+    assert view.table.status_of(1) == "waiting for GPU memory…"
+    window.bridge.sig_chunk.emit(_chunk(second, 1))
     assert view.table.status_of(1) == "rendering…"
     window.bridge.sig_chunk.emit(_chunk(first))
     with qtbot.waitSignal(view.controller.sig_finished, timeout=5000):

@@ -19,6 +19,7 @@ only these signals and methods, never the client or its pipes.
 
 from __future__ import annotations
 
+import logging
 import queue
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from studio.engine.protocol import (
     Error,
     Hello,
     LoadModel,
+    PrepareVoice,
     Progress,
     State,
     Synthesize,
@@ -41,6 +43,8 @@ from studio.engine.protocol import (
 )
 
 _POLL_SECONDS = 0.05
+
+log = logging.getLogger(__name__)
 
 
 class EngineSignals(QObject):
@@ -204,6 +208,14 @@ class EngineBridge(EngineSignals):
         """Ask for a recording's transcript; it comes as sig_transcript (or sig_error with its request id)."""
         self._guarded(self.client.send, request)
         return request.request_id
+
+    def prepare_voice(self, request: PrepareVoice) -> None:
+        """Ask the engine to make a voice's prompt state ahead of its first take. A head start only: nothing
+        comes back, and an engine that cannot (not running, a server) is simply not asked."""
+        try:
+            self.client.send(request)
+        except EngineError as exc:
+            log.debug("voice not prepared ahead: %s", exc)
 
     def cancel(self, request_id: str) -> None:
         """Cancel a take; it ends with its TakeFinished (cancelled)."""

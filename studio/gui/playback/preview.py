@@ -79,6 +79,13 @@ class PreviewPanel(QWidget):
         self.waveform.set_placeholder(text)
         self.stats.setText(text)
 
+    def pause_for_memory(self, reason: str) -> None:
+        """The streaming take waits for GPU memory to go on: its audio pauses; its next chunk clears this."""
+        why = f" ({reason})" if reason else ""
+        self.stats.setText(
+            f"Paused: waiting for GPU memory to go on{why} · {self.waveform.duration:.1f} s so far"
+        )
+
     def add_chunk(self, samples: np.ndarray, sample_rate: int, latency_s: float) -> None:
         self.waveform.append(samples, sample_rate)
         self.stats.setText(

@@ -120,9 +120,10 @@ class ScriptController(QObject):
             self.bridge.synthesize(request)
 
     def _on_queued(self, queued: TakeQueued) -> None:
-        """The line's take waits for GPU memory other takes hold: its status says so until audio comes."""
+        """The line's take waits for GPU memory other takes hold (to start, or to go on): its status says so
+        until its next audio comes."""
         take = self.inflight.get(queued.request_id)
-        if take is not None and not take.chunks:
+        if take is not None:
             take.record.status = "waiting"
             self.sig_line.emit(take.record)
 

@@ -16,6 +16,7 @@ from studio.engine.protocol import (
     AudioChunk,
     EngineState,
     Error,
+    PrepareVoice,
     State,
     Synthesize,
     TakeFinished,
@@ -43,6 +44,13 @@ class ActiveTake:
     @property
     def latency(self) -> float | None:
         return None if self.first_chunk_at is None else self.first_chunk_at - self.started
+
+
+def prepare_request(prompt: Prompt) -> PrepareVoice:
+    """The voice's head start: what `build_request` will send for it (a library voice by id, else its audio)."""
+    if prompt.voice_id:
+        return PrepareVoice(voice_id=prompt.voice_id)
+    return PrepareVoice(prompt_wav=prompt.audio, prompt_sr=prompt.sample_rate)
 
 
 def build_request(text: TextRequest, prompt: Prompt, first_hop_tokens: int = 0) -> Synthesize:
@@ -76,6 +84,8 @@ class TakeController(QObject):
     """A take was sent (its Synthesize request)."""
     sig_queued = Signal(str)
     """The take waits for GPU memory that other takes hold (why, in words); its first chunk ends the wait."""
+    sig_paused = Signal(str)
+    """The take's audio pauses: it waits for GPU memory to go on (why, in words); its next chunk ends it."""
     sig_chunk = Signal(object, int, float)
     """(float32 samples of a new chunk, their sample rate in Hz, first-chunk latency in seconds)."""
     sig_finished = Signal(object, object)
@@ -137,13 +147,12 @@ class TakeController(QObject):
 
     def on_take_queued(self, event: TakeQueued) -> None:
         active = self.active
-        if (
-            active is None
-            or event.request_id != active.request.request_id
-            or active.first_chunk_at is not None
-        ):
-            return  # not ours, or its audio already streams
-        self.sig_queued.emit(event.reason)
+        if active is None or event.request_id != active.request.request_id:
+            return  # not ours
+        if active.first_chunk_at is None:
+            self.sig_queued.emit(event.reason)
+        else:  # its audio streams: the take waits to grow its state
+            self.sig_paused.emit(event.reason)
 
     def on_chunk(self, chunk: AudioChunk) -> None:
         active = self.active

@@ -79,21 +79,21 @@ class CosyVoice3(CosyVoice2):
         super().close()
         close_flow_scheduler(self.model.flow)
 
-    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> None:
+    def _warm_saved_voice(self, token: torch.Tensor, feat: torch.Tensor, embedding: torch.Tensor) -> bool:
         """The voice's prompt chunks go into the prompt cache now, so its first streamed take skips them; under
         the precision the takes use (it is part of the cache's key)."""
         flow = self.model.flow
         device = next(flow.parameters()).device
         cache = default_prompt_cache(device)
         if cache is None:
-            return
+            return False
         precision = (
             torch.autocast("cuda", dtype=torch.float16)
             if self.fp16 and device.type == "cuda"
             else nullcontext()
         )
         with precision:
-            warm_prompt_cache(flow, token.reshape(1, -1).to(torch.int32), feat, embedding, cache)
+            return warm_prompt_cache(flow, token.reshape(1, -1).to(torch.int32), feat, embedding, cache)
 
     def token2wav_stream(
         self,
