@@ -153,6 +153,7 @@ async def add_voice(
         await off_loop(request, _check_aliases, service.voices, name, names)
     data = await audio.read()
     voice = await off_loop(request, register_voice, service, name, data, transcript, overwrite)
+    service.prepare_voices([voice.slug])
     if names:
         try:
             voice = await off_loop(request, _set_aliases, service.voices, voice.slug, names)

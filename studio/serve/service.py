@@ -65,6 +65,7 @@ class SpeechService:
         self.active: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="take")
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare-voice")
         self.max_queued = max(0, int(max_queued))  # takes waiting beyond which requests are refused (0: none)
         self.backlog = 0  # takes handed to the pool that no worker has started yet
         self.recent_seconds: deque[float] = deque(maxlen=32)  # the last takes' durations (Retry-After)
@@ -85,13 +86,32 @@ class SpeechService:
                 runner.run_take(self.loaded.model, warmup_request(), backend=self.loaded.backend)
             self.state = "ready"
             log.info("ready: %s backend on %s", self.loaded.backend, self.loaded.device)
+            self.prepare_voices()
         except Exception as exc:  # noqa: BLE001 - reported by /health and every request
             log.exception("loading %s failed", self.model_dir)
             self.state, self.error = "error", f"{type(exc).__name__}: {exc}"
 
+    def prepare_voices(self, slugs: list[str] | None = None) -> None:
+        """Make library voices' prompt states in the background, one at a time (all of them when ``slugs`` is
+        None: after loading), so each voice's first request starts as fast as its later ones instead of paying
+        for that state before its first chunk. The prompt cache's budget bounds how many stay made."""
+        if self.loaded is None or not hasattr(self.loaded.model, "prepare_voice"):
+            return
+        for slug in [voice.slug for voice in self.voices.list()] if slugs is None else slugs:
+            self._preparer.submit(self._prepare_voice, slug)
+
+    def _prepare_voice(self, slug: str) -> None:
+        try:
+            prompt, rate, _ = self.voices.load_prompt(slug)
+            made = self.loaded.model.prepare_voice(prompt, rate)
+            log.info("voice %s %s", slug, "prepared" if made else "was prepared already")
+        except Exception:  # noqa: BLE001 - a head start only: the voice's request reports a problem itself
+            log.warning("could not prepare voice %s", slug, exc_info=True)
+
     def close(self) -> None:
         for cancel in list(self.active.values()):
             cancel.set()
+        self._preparer.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.loaded is not None:
             self.loaded.close()

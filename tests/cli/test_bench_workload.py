@@ -56,10 +56,12 @@ def test_bench_workload_closed_and_open_loop_write_the_levels(tmp_path, tiny_mod
     )
     report = json.loads(out.read_text())
     assert report["workload"] == "short" and report["arrivals"] == "closed"
+    assert report["backends"][0]["voices_prepared_s"] > 0  # as the studio and the server prepare them
     assert [level["concurrency"] for level in report["levels"]] == [1, 2]
     for level in report["levels"]:
         assert level["backend"] == "pytorch" and level["takes"] == 2
         assert level["errors"] == 0 and level["underruns"] >= 0 and level["queued"] == 0
+        assert level["flow_solver"]["prompt_cache_misses"] == 0  # every voice began from its prepared state
         first = level["first_audio_s"]
         assert 0 < first["p50"] <= first["p95"] <= first["p99"]
         assert level["audio_seconds_per_second"] > 0 and level["peak_vram_gib"] is None  # no GPU here
