@@ -51,6 +51,8 @@ def test_a_voice_is_prepared_once_per_voice_and_model_while_the_engine_is_ready(
     assert len(prepared(asked)) == 2  # the new model has no prompt state yet
 
     VoiceLibrary(data_dir() / "voices").save("Alice", 0.4 * synthetic_voice(16000, 3.0), 16000, "A voice.")
-    window.voice_panel.refresh_voices(select="alice")
+    panel = window.voice_panel
+    panel.refresh_voices()
+    panel.on_pick_saved(panel.saved.findData("alice"))  # the user picks it in the list
     qtbot.waitUntil(lambda: len(prepared(asked)) == 3, timeout=10_000)
     assert prepared(asked)[-1] == PrepareVoice(voice_id="alice")  # by id, as its take is sent

@@ -22,17 +22,19 @@ class VoiceHeadStart(QObject):
         self.bridge = bridge
         self.voice_panel = voice_panel
         self.prepared: str | None = None  # the voice the engine was last asked to prepare
-        voice_panel.sig_prompt_changed.connect(lambda: self.prepare())
+        self.ready = False  # the engine's last state was READY or BUSY
+        voice_panel.sig_prompt_changed.connect(self.prepare)
         bridge.sig_state_changed.connect(self.on_engine_state)
 
     def on_engine_state(self, state: State) -> None:
-        if state.state not in READY:  # loading, restarting, crashed: its prompt states go with the model
+        self.ready = state.state in READY
+        if not self.ready:  # loading, restarting, crashed: its prompt states go with the model
             self.prepared = None
-        self.prepare(state)
+        self.prepare()
 
-    def prepare(self, state: State | None = None) -> None:
-        prompt, state = self.voice_panel.current_prompt(), state or self.bridge.last_state
-        if prompt is None or state is None or state.state not in READY:
+    def prepare(self) -> None:
+        prompt = self.voice_panel.current_prompt()
+        if prompt is None or not self.ready:
             return
         voice = prompt.voice_id or self.voice_panel.reference_key("cleaned")
         if voice != self.prepared:
