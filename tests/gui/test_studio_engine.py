@@ -54,6 +54,9 @@ def test_generate_stream_save_export_then_crash_and_restart(qtbot, studio, tmp_p
 
     window.voice_panel.set_recording(synthetic_voice(16000, 4.0), 16000, origin="test voice")
     qtbot.waitUntil(lambda: window.voice_panel.current_prompt() is not None, timeout=30_000)
+    # the engine makes the voice's prompt state while the user types (PrepareVoice)
+    engine_log = window.bridge.client.log_path
+    qtbot.waitUntil(lambda: "voice (recording) prepared" in engine_log.read_text(), timeout=60_000)
     window.voice_panel.transcript.setText("A calm voice reads a few plain words aloud.")
     window.text_panel.editor.setPlainText("Hi there [breath] friend.")
     window.text_panel.random_seed.setChecked(False)
