@@ -146,4 +146,10 @@ def level_figures(records: list[dict], wall: float) -> dict:
         "goodput_takes_per_s": len(good) / wall if wall > 0 else 0.0,
         "goodput_share": len(good) / len(records) if records else 0.0,
         "wall_s": wall,
+        "records": [_rounded(record) for record in sorted(records, key=lambda r: r.get("index", 0))],
     }
+
+
+def _rounded(record: dict) -> dict:
+    """A take's record as the JSON keeps it (which take is slow, and why, must be readable from a GPU run)."""
+    return {key: round(value, 4) if isinstance(value, float) else value for key, value in record.items()}

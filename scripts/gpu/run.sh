@@ -22,6 +22,8 @@
 #   quick        bench --workload sentences at 1 and 16 streams, 32 takes (does the bench run here)
 #   quick-ab     quick with an older commit's package (scripts/gpu/stage-ab.sh REV; carry ".gpu/ab" too), then
 #                with this tree's, on the same machine
+#   quick-segments  quick with the allocator's expandable segments (the default under a budget since stop 46),
+#                then without (STUDIO_EXPANDABLE_SEGMENTS=0), on the same machine
 #   tokens100    bench --tokens 100 (4 s rounds) at 1, 4, 16, 32, 64 streams: comparable with docs/perf-history.md
 #   tokens100-24 the same at 16 and 32 streams on a 24 GiB budget
 #   starts       a cold and a warm engine start, one process each (scripts/gpu/start_profile.py)
@@ -37,7 +39,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests capture-tests checks quick quick-ab workload workload64 workload24 grow24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
+steps="install gputests capture-tests checks quick quick-ab quick-segments workload workload64 workload24 grow24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -121,6 +123,12 @@ quick_ab() {  # the quick bench with the staged older package (scripts/gpu/stage
   grep -E "^(vllm|pytorch) |rror" "$out/workload-ab-$rev.log" | cut -c1-400
   cd "$here" || return 1
   workload_bench sentences-c1-c16_ab-tree 240 --workload sentences --concurrency 1,16 --takes 32
+}
+
+quick_segments() {  # does the allocator's expandable segments cost time? (they cure fragmentation)
+  workload_bench sentences-c1-c16-segments 240 --workload sentences --concurrency 1,16 --takes 32
+  STUDIO_EXPANDABLE_SEGMENTS=0 workload_bench sentences-c1-c16-no-segments 240 --workload sentences \
+    --concurrency 1,16 --takes 32
 }
 
 voices() {  # four synthetic voices in the server's library (as bench --workload makes them)
@@ -287,6 +295,7 @@ for step in "$@"; do
     cv3-graphs) cv3_graphs ;;
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
+    quick-segments) quick_segments ;;
     install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;

@@ -67,6 +67,11 @@ def test_bench_workload_closed_and_open_loop_write_the_levels(tmp_path, tiny_mod
         assert level["audio_seconds_per_second"] > 0 and level["peak_vram_gib"] is None  # no GPU here
         assert level["audio_seconds"] == pytest.approx(2 * 4.0, rel=0.05)
         assert 0 <= level["goodput_share"] <= 1
+        takes = level["records"]  # each take's own figures: which take was slow can be read back
+        assert [take["index"] for take in takes] == [0, 1]
+        assert sorted(take["first_audio_s"] for take in takes) == pytest.approx(
+            [first["p50"], first["max"]], abs=1e-3
+        )
     assert "pytorch" in capsys.readouterr().out
     out = tmp_path / "open.json"
     assert main([*args, "--rates", "2", "--takes", "2", "--warmup-rounds", "0", "--json", str(out)]) == 0
