@@ -95,19 +95,13 @@ class Synthesize:
     stream: bool = True
     request_id: str = field(default_factory=new_request_id)
     exact_speech_tokens: int | None = None  # benchmarks: ignore stop ids, decode exactly N tokens
-    admit_by_text: bool = (
-        False  # benchmarks: an exact-length take admitted as its text's take (see SynthesisSpec)
-    )
+    # benchmarks: an exact-length take admitted as its text's take would be (see SynthesisSpec)
+    admit_by_text: bool = False
     first_hop_tokens: int = 0  # streaming: the first chunk after N tokens (0: upstream's schedule)
 
     def __post_init__(self) -> None:
         if self.prompt_wav is not None:
-            if self.prompt_sr <= 0:
-                raise RequestError("prompt_sr", "prompt_sr must be given with prompt_wav")
-            wav = np.asarray(self.prompt_wav)
-            if wav.ndim != 1 or wav.size == 0:
-                raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
-            object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
+            _keep_mono_prompt(self)
         if self.first_hop_tokens < 0:
             raise RequestError("first_hop_tokens", "first_hop_tokens must be 0 (upstream's schedule) or more")
         mode = validate_take(
@@ -157,16 +151,20 @@ class PrepareVoice:
     voice_id: str = ""
 
     def __post_init__(self) -> None:
-        if self.prompt_wav is None:
-            if not self.voice_id:
-                raise RequestError("prompt_wav", "a voice to prepare needs prompt_wav or voice_id")
-            return
-        if self.prompt_sr <= 0:
-            raise RequestError("prompt_sr", "prompt_sr must be given with prompt_wav")
-        wav = np.asarray(self.prompt_wav)
-        if wav.ndim != 1 or wav.size == 0:
-            raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
-        object.__setattr__(self, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
+        if self.prompt_wav is not None:
+            _keep_mono_prompt(self)
+        elif not self.voice_id:
+            raise RequestError("prompt_wav", "a voice to prepare needs prompt_wav or voice_id")
+
+
+def _keep_mono_prompt(request) -> None:
+    """A request's prompt audio checked (mono, not empty, with its rate) and kept as contiguous float32."""
+    if request.prompt_sr <= 0:
+        raise RequestError("prompt_sr", "prompt_sr must be given with prompt_wav")
+    wav = np.asarray(request.prompt_wav)
+    if wav.ndim != 1 or wav.size == 0:
+        raise RequestError("prompt_wav", "prompt_wav must be a non-empty 1-D (mono) array")
+    object.__setattr__(request, "prompt_wav", np.ascontiguousarray(wav, dtype=np.float32))
 
 
 @dataclass(frozen=True)

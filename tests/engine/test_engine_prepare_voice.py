@@ -9,23 +9,17 @@ import time
 import numpy as np
 import pytest
 
-from studio.engine.protocol import EngineState, LoadModel, PrepareVoice, State, Synthesize, TakeFinished
+from studio.engine.protocol import PrepareVoice, Synthesize, TakeFinished
 from studio.runtime.warmup import WARMUP_PROMPT_TEXT, synthetic_voice
 from studio.tts.errors import SynthesisError
 from studio.tts.flow.streaming.prompt_cache import default_cache
-from tests.engine.test_engine_take_queued import Events
 
 VOICE = 0.4 * synthetic_voice(16000, 2.5, f0=171.0, seed=4711)  # a voice no other test prepares
 
 
 @pytest.fixture
-def engine(tiny_model_dir):
-    """The engine in this process on the tiny model, its events crossing a real pipe."""
-    events = Events()
-    events.engine.load(LoadModel(str(tiny_model_dir), backend="pytorch", warmup=False))
-    events.until(lambda e: isinstance(e, State) and e.state is EngineState.READY)
-    yield events
-    events.engine.shutdown()
+def engine(engine_in_process):
+    return engine_in_process
 
 
 def cache_counts() -> tuple[int, int]:

@@ -7,19 +7,12 @@ budget, so the test gives the model one and fills it, as a take already running 
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
-import time
 
 import pytest
 
-from studio.engine.process import Engine
 from studio.engine.protocol import (
     AudioChunk,
-    EngineState,
-    Error,
-    LoadModel,
-    State,
     Synthesize,
     TakeFinished,
     TakeQueued,
@@ -42,33 +35,9 @@ def take(seed: int) -> Synthesize:
     )
 
 
-class Events:
-    """The studio's end of the engine's event pipe."""
-
-    def __init__(self) -> None:
-        self.reader, writer = multiprocessing.Pipe(duplex=False)
-        self.engine = Engine(writer)
-
-    def until(self, wanted, timeout: float = 120.0) -> list:
-        """Events up to and including the first one ``wanted(event)`` accepts."""
-        seen, deadline = [], time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0 and self.reader.poll(remaining), f"nothing wanted within {timeout} s: {seen}"
-            event = self.reader.recv()
-            seen.append(event)
-            assert not isinstance(event, Error), event.message
-            if wanted(event):
-                return seen
-
-
 @pytest.fixture
-def engine(tiny_model_dir):
-    events = Events()
-    events.engine.load(LoadModel(str(tiny_model_dir), backend="pytorch", warmup=False))
-    events.until(lambda e: isinstance(e, State) and e.state is EngineState.READY)
-    yield events
-    events.engine.shutdown()
+def engine(engine_in_process):
+    return engine_in_process
 
 
 def test_a_take_held_for_memory_sends_take_queued_before_its_first_chunk(engine):
