@@ -71,21 +71,24 @@ async def workload_take(http, args, take, voices: list[str], arrived: float) -> 
     }
     pieces: list[tuple[float, float]] = []
     status = None
+    record = {"index": take.index, "seconds": take.seconds, "voice": take.voice}
     try:
         async with http.stream("POST", "/v1/audio/speech", json=body) as answer:
             status = answer.status_code
             if status != 200:
                 await answer.aread()
                 retry = answer.headers.get("retry-after")
-                return {"error": f"HTTP {status}" + (" (Retry-After)" if retry else ""), "status": status}
+                error = f"HTTP {status}" + (" (Retry-After)" if retry else "")
+                return {**record, "error": error, "status": status}
             async for piece in answer.aiter_raw():
                 pieces.append((time.perf_counter() - arrived, len(piece) / 2 / args.rate))
     except Exception as exc:  # noqa: BLE001 - counted as an error
-        return {"error": f"{type(exc).__name__}", "status": status}
+        return {**record, "error": f"{type(exc).__name__}", "status": status}
     if not pieces:
-        return {"error": "no audio", "status": status}
+        return {**record, "error": "no audio", "status": status}
     count, silence = workloads.underruns(pieces)
     return {
+        **record,
         "first_audio_s": pieces[0][0],
         "audio_s": sum(s for _, s in pieces),
         "underruns": count,
