@@ -16,6 +16,8 @@
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
 #                batches beyond it run a step at a time), in fp16 and with float8 states
+#   share64      the 64-stream level with a fifth of the rest for the arena (STUDIO_FLOW_ARENA_SHARE=0.2, the
+#                default up to 32 GiB) where the default budget gives it half: more takes at once, smaller batches
 #   long         bench --workload long (500-token takes) at 64 streams
 #   http         serve --backend vllm and benchmarks/load_http.py --workload sentences at 64 and 128 clients
 #   http24       the same at 16 clients on a 24 GiB budget
@@ -39,7 +41,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests capture-tests checks quick quick-ab quick-segments workload workload64 workload24 grow24 fp8 share24 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
+steps="install gputests capture-tests checks quick quick-ab quick-segments workload workload64 workload24 grow24 fp8 share24 share64 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -101,6 +103,11 @@ share24() {  # the 24 GiB level with a fifth of the rest for the flow's arena (i
     --workload sentences --concurrency 16 --takes 64 --vram-budget 24
   STUDIO_FLOW_ARENA_SHARE=0.2 STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-share02-fp8 200 \
     --workload sentences --concurrency 16 --takes 64 --vram-budget 24
+}
+
+share64() {  # the 64-stream level with a fifth for the arena (at 64 streams: 21 takes at once, peak 50 GiB)
+  STUDIO_FLOW_ARENA_SHARE=0.2 workload_bench sentences-c64-share02 240 --workload sentences --concurrency 64 \
+    --takes 128
 }
 
 long() {
@@ -296,7 +303,7 @@ for step in "$@"; do
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | fp8 | share24 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
