@@ -271,6 +271,7 @@ class Engine:
                 if request is None or loaded is None:
                     self._preparer = None
                     return
+            name = request.voice_id or "(recording)"
             try:
                 wav, rate = request.prompt_wav, request.prompt_sr
                 if wav is None:
@@ -281,14 +282,11 @@ class Engine:
                     wav, rate, _ = saved
                 start = time.perf_counter()
                 made = loaded.model.prepare_voice(wav, rate)
-                log.info(
-                    "voice %s prepared in %.2f s (%s)",
-                    request.voice_id or "(recording)",
-                    time.perf_counter() - start,
-                    "prompt state made" if made else "already prepared",
-                )
+                took = time.perf_counter() - start
+                state = "prompt state made" if made else "already prepared"
+                log.info("voice %s prepared in %.2f s (%s)", name, took, state)
             except Exception:  # noqa: BLE001 - a head start only: the take reports a bad voice itself
-                log.warning("could not prepare voice %s", request.voice_id or "(recording)", exc_info=True)
+                log.warning("could not prepare voice %s", name, exc_info=True)
 
     def _stop_preparing(self, timeout: float = 30.0) -> None:
         """Drop the voices waiting to be prepared and wait for the one being made (before the model goes)."""

@@ -54,9 +54,8 @@ class SynthesisSpec:
     seed: int | None = None
     text_frontend: bool = True
     exact_speech_tokens: int | None = None
-    admit_by_text: bool = (
-        False  # an exact-length take admitted by its text's bounds, as a stopping model's take
-    )
+    # an exact-length take admitted by its text's bounds, as a stopping model's take would be
+    admit_by_text: bool = False
     first_hop_tokens: int | None = None  # streaming: a shorter first chunk (None: STUDIO_FIRST_HOP_TOKENS)
     cancel: threading.Event | None = field(default=None, compare=False)
     token_backend: TokenBackend | None = field(default=None, compare=False)  # None: the model's LM

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 POLL_S = 0.05
 
 
-@dataclass(
-    eq=False
-)  # each take is itself: two holding the same bytes are not one (the gate's list removes by it)
+# eq=False: each take is itself; two holding the same bytes are not one (the gate's list removes by identity)
+@dataclass(eq=False)
 class Admission:
     """A take let in: ``lean`` when by its lean need (it keeps no flow state); it holds ``held`` bytes."""
 
