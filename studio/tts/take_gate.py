@@ -79,14 +79,20 @@ class TakeGate:
 
     def _fits(self, held: int, bound: int) -> bool:
         """Whether a take holding `held` that may grow to `bound` can run beside the running takes (lock held)."""
-        return self.running == 0 or self._safe([(held, bound)], self.capacity - self.used - held)
+        return self.running == 0 or self._safe(held, extra=((held, bound),))
 
-    def _safe(self, extra: list[tuple[int, int]], free: int) -> bool:
-        """The banker's rule: the running takes (and `extra`'s (held, bound) pairs, counted in `free` already)
-        can each grow to their bound in some order, each finishing and freeing what it held (lock held)."""
+    def _safe(
+        self, more: int, extra: tuple[tuple[int, int], ...] = (), grown: Admission | None = None
+    ) -> bool:
+        """The banker's rule, were `more` bytes granted (to the running take `grown`, or held by `extra`'s
+        (held, bound) pairs): the running takes and `extra` can each grow to their bound in some order, each
+        finishing and freeing what it held (lock held)."""
+        free = self.capacity - self.used - more
         if free < 0:
             return False
-        takes = [(a.bound - a.held, a.held) for a in self._admitted] + [(b - h, h) for h, b in extra]
+        held_now = [a.held + (more if a is grown else 0) for a in self._admitted]
+        takes = [(a.bound - h, h) for a, h in zip(self._admitted, held_now, strict=True)]
+        takes += [(b - h, h) for h, b in extra]
         for headroom, held in sorted(takes):  # the least headroom first: the best order
             if headroom > free:
                 return False
@@ -176,12 +182,10 @@ class TakeGate:
             thread, waited = threading.get_ident(), False
             while target > admission.held:
                 more = target - admission.held
-                alone = self.running == 1
-                admission.held += more  # tried: is the state with it granted still safe?
-                if alone or self._safe([], self.capacity - self.used - more):
+                if self.running == 1 or self._safe(more, grown=admission):
+                    admission.held += more
                     self.used += more
                     break
-                admission.held -= more
                 if cancel is not None and cancel.is_set():
                     self._waiting_threads.discard(thread)
                     return False
