@@ -255,13 +255,18 @@ cv3_bench() {
   grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-eager.log" | cut -c1-400
 }
 
-cv3_graphs() {  # cv3-bench without its eager half
+cv3_graphs() {  # cv3-bench without its eager half; $1: a suffix for the files
+  local name="cv3-tokens100${1:-}"
   [ -f /tmp/full3/cosyvoice3.yaml ] ||
     python3 -m studio make-model --family cosyvoice3 --size full /tmp/full3 >"$out/make-model-cv3.log" 2>&1
   timeout 280 python3 -m studio bench --model /tmp/full3 "${engine[@]}" --tokens 100 --runs 2 --warmup-rounds 2 \
-    --concurrency 1,4,16 --json "$out/h200_cv3-tokens100.json" >"$out/cv3-tokens100.log" 2>&1
-  echo "== cv3 tokens100: rc $?"
-  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/cv3-tokens100.log" | cut -c1-400
+    --concurrency 1,4,16 --json "$out/h200_$name.json" >"$out/$name.log" 2>&1
+  echo "== $name: rc $?"
+  grep -E "^(vllm|pytorch) |rror|Traceback" "$out/$name.log" | cut -c1-400
+}
+
+cv3_segments() {  # cv3-graphs with the allocator's fixed segments (expandable segments off)
+  STUDIO_EXPANDABLE_SEGMENTS=0 cv3_graphs -no-segments
 }
 
 capture_tests() {  # the GPU tests of graph capture beside the takes' copies and of the allocator's segments
@@ -300,6 +305,7 @@ for step in "$@"; do
     cv3-bench) cv3_bench ;;
     cv3-probes) cv3_probes ;;
     cv3-graphs) cv3_graphs ;;
+    cv3-segments) cv3_segments ;;
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
