@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from studio import envs
-from studio.tts.device.cuda_graphs import bucket_batch
+from studio.tts.device.cuda_graphs import batch_pieces
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.hops import (
     HOP_SCALE,
@@ -316,18 +316,21 @@ class Token2WavStream(ChunkedTake):
 
 
 def _vocode_batch(chunks: list, inputs: list, members: list[int], out: list) -> None:
-    """HiFT once for the chunks `members` (inputs of one shape), padded to `bucket_batch` rows for graph
-    reuse (padded rows repeat the first); each chunk's speech into `out`."""
-    rows = bucket_batch(len(members))
-    padded = members + [members[0]] * (rows - len(members))
-    speech, source = chunks[members[0]][0].hift.inference_rows(
-        torch.cat([inputs[i][0] for i in padded]),
-        torch.cat([inputs[i][1] for i in padded]),
-        [chunks[i][0].generator for i in members],
-    )
-    for row, i in enumerate(members):  # a chunk's result is set as its take's cache moves on
-        stream, _, finalize = chunks[i]
-        out[i] = stream._vocoded(inputs[i][0], speech[row : row + 1], source[row : row + 1], finalize)
+    """HiFT for the chunks `members` (inputs of one shape), in pieces of `batch_pieces` rows (a few row counts:
+    few graphs under any load; padded rows repeat a piece's first); each chunk's speech into `out`."""
+    start = 0
+    for real, rows in batch_pieces(len(members)):
+        piece = members[start : start + real]
+        start += real
+        padded = piece + [piece[0]] * (rows - real)
+        speech, source = chunks[piece[0]][0].hift.inference_rows(
+            torch.cat([inputs[i][0] for i in padded]),
+            torch.cat([inputs[i][1] for i in padded]),
+            [chunks[i][0].generator for i in piece],
+        )
+        for row, i in enumerate(piece):  # a chunk's result is set as its take's cache moves on
+            stream, _, finalize = chunks[i]
+            out[i] = stream._vocoded(inputs[i][0], speech[row : row + 1], source[row : row + 1], finalize)
 
 
 def warm_prompt_cache(

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from studio.tts import token2wav
+from studio.tts.device.cuda_graphs import batch_pieces
 from studio.tts.token2wav import Token2WavStream
 from tests.tts.test_incremental_flow import modules, relative_error  # noqa: F401
 from tests.tts.test_scheduler import make_stream
@@ -28,7 +29,7 @@ def mel(frames: int, seed: int) -> torch.Tensor:
 @torch.inference_mode()
 def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeypatch):  # noqa: F811
     flow, hift = modules
-    seeds = (1, 2, 3, 4)
+    seeds = (1, 2, 3, 4, 5, 6, 7, 8)
     alone = [stream(flow, hift, seed) for seed in seeds]
     together = [stream(flow, hift, seed) for seed in seeds]
     batches = []
@@ -39,20 +40,58 @@ def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeyp
         return rows(speech_feat, cache_source, generators)
 
     monkeypatch.setattr(hift, "inference_rows", counting)
-    # three takes' chunks of one length go together (padded to four rows), the fourth's is longer: alone
+    # seven takes' chunks of one length go together (padded to eight rows), the eighth's is longer: alone
     for step, frames in enumerate((40, 30, 30)):
-        lengths = [frames, frames, frames, frames + 7]
+        lengths = [frames] * 7 + [frames + 7]
         mels = [mel(n, 10 * step + k) for k, n in enumerate(lengths)]
         finalize = step == 2
         expected = [s.vocode(m, finalize) for s, m in zip(alone, mels, strict=True)]
         got = Token2WavStream.vocode_many([(s, m, finalize) for s, m in zip(together, mels, strict=True)])
         for ours, theirs in zip(got, expected, strict=True):
             assert relative_error(ours, theirs) < TOLERANCE
-    assert batches == [(4, 3)] * 3
+    assert batches == [(8, 7)] * 3
     # the draws were each take's own: another seed gives another waveform
     other = stream(flow, hift, 99)
     first = mel(40, 0)
     assert relative_error(other.vocode(first, False), stream(flow, hift, 1).vocode(first, False)) > 1e-3
+
+
+def test_batch_pieces_cover_every_batch_with_a_few_row_counts():
+    row_counts = set()
+    for size in range(1, 129):
+        pieces = batch_pieces(size)
+        assert sum(real for real, _ in pieces) == size
+        for real, rows in pieces:
+            assert rows & (rows - 1) == 0 and real <= rows  # a power of two, at least the real rows
+            assert rows - real <= real / 5  # padding costs at most a fifth more work
+            row_counts.add(rows)
+    assert row_counts == {1, 2, 4, 8, 16, 32, 64, 128}
+
+
+@torch.inference_mode()
+def test_a_large_batch_runs_in_pieces_of_a_few_row_counts_and_each_chunk_equals_its_own(
+    modules,  # noqa: F811
+    monkeypatch,
+):
+    """21 chunks of one shape: pieces of 16, 4 and 1 rows (graphs for three row counts, not one for 24 rows of
+    which three padded), every chunk its own take's speech."""
+    flow, hift = modules
+    batches = []
+    rows = hift.inference_rows
+
+    def counting(speech_feat, cache_source, generators):
+        batches.append((speech_feat.shape[0], len(generators)))
+        return rows(speech_feat, cache_source, generators)
+
+    monkeypatch.setattr(hift, "inference_rows", counting)
+    seeds = range(1, 22)
+    together = [stream(flow, hift, seed) for seed in seeds]
+    alone = [stream(flow, hift, seed) for seed in seeds]
+    mels = [mel(20, seed) for seed in seeds]
+    got = Token2WavStream.vocode_many([(s, m, False) for s, m in zip(together, mels, strict=True)])
+    assert batches == [(16, 16), (4, 4), (1, 1)]
+    for ours, take, m in zip(got, alone, mels, strict=True):
+        assert relative_error(ours, take.vocode(m, False)) < TOLERANCE
 
 
 @torch.inference_mode()

@@ -17,8 +17,8 @@ So each take's samples equal its own `push` up to float rounding (other kernels 
 
 On CUDA the network (`HiFTGenerator.spectrum`, about 940 of a push's ~1,040 operations) is replayed as CUDA
 graphs (`SpectrumGraphs`, attached by the loader as `hift.spectrum_graphs`): the windows are right-padded
-further, to a frame bucket (32 frames up to 256), and the takes to a batch bucket, which the same argument
-makes exact; a shape runs eagerly once and is captured when it recurs (or while the flow's scheduler idles).
+further, to a frame bucket (32 frames up to 256), and the takes run in pieces of a few row counts (padded rows
+repeat nothing a take keeps), which the same argument makes exact; a shape runs eagerly once and is captured when it recurs (or while the flow's scheduler idles).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
     autocast_dtype,
-    bucket_batch,
+    batch_pieces,
     bucket_frames,
     capture_graph,
 )
@@ -105,9 +105,20 @@ class SpectrumGraphs:
 
     def __call__(self, mels: Sequence[torch.Tensor], stfts: Sequence[torch.Tensor]) -> torch.Tensor:
         """mels [1, 80, W_i], their sources' STFTs [1, n_fft + 2, W_i * stft_rate + 1] -> the network's
-        output [rows, n_fft + 2, frames * stft_rate + 1] (a take's row: its STFT's frames, then padding)."""
-        hift, rows = self.hift, bucket_batch(len(mels))
+        output [takes, n_fft + 2, frames * stft_rate + 1] (a take's row: its STFT's frames, then padding).
+        The takes run in pieces of `batch_pieces` rows, so that a few row counts serve any batch."""
         frames = bucket_frames(max(mel.shape[2] for mel in mels))
+        spectra, start = [], 0
+        for real, rows in batch_pieces(len(mels)):
+            piece = self._piece(mels[start : start + real], stfts[start : start + real], rows, frames)
+            spectra.append(piece[:real])
+            start += real
+        return spectra[0] if len(spectra) == 1 else torch.cat(spectra)
+
+    def _piece(
+        self, mels: Sequence[torch.Tensor], stfts: Sequence[torch.Tensor], rows: int, frames: int
+    ) -> torch.Tensor:
+        hift = self.hift
         mel = mels[0].new_zeros(rows, mels[0].shape[1], frames, dtype=hift.conv_pre.bias.dtype)
         stft = stfts[0].new_zeros(rows, stfts[0].shape[1], frames * self.stft_rate + 1)
         for row, (window, spectrum) in enumerate(zip(mels, stfts, strict=True)):

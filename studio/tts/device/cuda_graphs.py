@@ -91,6 +91,22 @@ def bucket_batch(size: int) -> int:
     return 1 << (size - 1).bit_length() if size <= 4 else 4 * math.ceil(size / 4)
 
 
+def batch_pieces(size: int) -> list[tuple[int, int]]:
+    """A batch of `size` rows as pieces (real rows, rows padded to): each piece a power of two, padded by at most
+    a fifth of its real rows, else split (21 -> 16 + 4 + 1, 15 -> 16 padded). For a graph per shape where the rows
+    are independent (HiFT's): a handful of row counts cover every batch, so under mixed loads their graphs stay
+    few and captured, where one graph per multiple of four kept being made anew."""
+    pieces = []
+    while size > 0:
+        padded = 1 << (size - 1).bit_length()
+        if padded - size > size / 5:
+            padded //= 2
+        real = min(size, padded)
+        pieces.append((real, padded))
+        size -= real
+    return pieces
+
+
 def bucket_frames(frames: int) -> int:
     """Frames padded for graph reuse: to 32 up to 256, then to 64 (a padded frame costs a real one's work)."""
     return 32 * math.ceil(frames / 32) if frames <= 256 else 64 * math.ceil(frames / 64)
