@@ -75,8 +75,10 @@ workload() {
   workload24
 }
 
-workload64() {  # the 64-stream level alone
-  workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
+workload64() {  # the 64-stream level alone, each capture logged (its key and time)
+  workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128 --log-graphs
+  echo "captures: $(grep -c 'graph captured' "$out/workload-sentences-c64.log")"
+  sed -n 's/^[0-9-]* [0-9:,]* \(.*\): CUDA graph captured.*/\1/p' "$out/workload-sentences-c64.log" | sort | uniq -c
 }
 
 workload24() {
