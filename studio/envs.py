@@ -147,6 +147,13 @@ LEAN_TAKES = _define(
     "solves its frames again, upstream's way) instead of waiting for memory",
     speed=True,
 )
+GROWING_ADMISSION = _define(
+    "STUDIO_GROWING_ADMISSION",
+    "0",
+    "with a VRAM budget: a take is admitted by the state of its first chunks only and grows chunk by chunk "
+    "towards its bound (the take gate keeps some take always able to finish; one that may not grow yet waits)",
+    speed=True,
+)
 FLOW_TURN_MS = _define(
     "STUDIO_FLOW_TURN_MS",
     "250",

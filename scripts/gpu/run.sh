@@ -85,6 +85,16 @@ workload24() {
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
 }
 
+growing24() {  # takes admitted by their first chunks' state, growing chunk by chunk (STUDIO_GROWING_ADMISSION)
+  STUDIO_GROWING_ADMISSION=1 workload_bench sentences-c16-budget24-growing 200 --workload sentences \
+    --concurrency 16 --takes 64 --vram-budget 24
+}
+
+growing64() {
+  STUDIO_GROWING_ADMISSION=1 workload_bench sentences-c64-growing 240 --workload sentences --concurrency 64 \
+    --takes 128
+}
+
 grow24() {  # takes admitted by their text's expected length, growing towards its bound
   workload_bench sentences-c16-budget24-bytext 200 --workload sentences --concurrency 16 --takes 64 \
     --vram-budget 24 --admit-by-text
@@ -311,7 +321,7 @@ for step in "$@"; do
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -17,6 +17,7 @@ import torch
 
 from studio import envs
 from studio.tts.errors import SynthesisError
+from studio.tts.flow.streaming.hops import TOKEN_HOP_LEN
 from studio.tts.llm.backend import prompt_embeds_for
 from studio.tts.scheduler import ChunkCancelled
 from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenProducer, SynthesisSpec
@@ -25,6 +26,9 @@ from studio.tts.synthesis import LinkedEvent, PromptConditioning, SpeechTokenPro
 # reads about 3-4 of the LM's text tokens a second (English and Chinese alike), about 7-8 speech tokens each; the
 # margin above it spares most takes a wait to grow. Upstream's bound, what a take may grow to, is 20.
 EXPECTED_TOKENS_PER_TEXT_TOKEN = 10
+# With growing admission (`STUDIO_GROWING_ADMISSION`): the speech tokens a take is admitted for, 4 s of audio:
+# its first two chunks (25 + 25 tokens after the prompt's pad to the 25-token grid) and their lookahead.
+GROWING_START_TOKENS = 4 * TOKEN_HOP_LEN
 
 if TYPE_CHECKING:
     from studio.tts.cosyvoice2 import CosyVoice2
@@ -95,6 +99,8 @@ def _sentence(
         else:  # a stopping take's (or one admitted as it would be): by its text's bounds
             bound = max(max_len, text_max)
             start_tokens = min(bound, max(text_min, EXPECTED_TOKENS_PER_TEXT_TOKEN * len(text_ids)))
+        if envs.GROWING_ADMISSION.enabled():  # opt-in until measured on a GPU: by its first chunks only
+            start_tokens = min(start_tokens, GROWING_START_TOKENS)
         need = voice.take_state_bytes(prompt_frames, bound)
         start = voice.take_state_bytes(prompt_frames, start_tokens)
         lean = None
@@ -147,7 +153,8 @@ def _sentence_audio(
             if not stream.ready(available):
                 break
             tokens = producer.snapshot()
-            if grow is not None and not grow(len(tokens)):
+            # the chunk renders the tokens it needs, however far the LM has run ahead: its state grows by those
+            if grow is not None and not grow(min(len(tokens), stream.tokens_needed())):
                 return
             speech, times = stream.chunk(tokens)
             if on_first_chunk is not None:

@@ -150,6 +150,34 @@ def test_takes_admitted_by_their_expected_length_grow_to_their_bound_and_none_fa
         model.take_gate = None
 
 
+def test_growing_admission_runs_more_takes_at_once_and_none_fails(tiny_cosyvoice, prompt_wav16k, monkeypatch):
+    """With ``STUDIO_GROWING_ADMISSION=1`` a take is admitted by the state of its first chunks, not of its
+    expected length, and grows chunk by chunk: on the same simulated card more takes run at once than when
+    admitted by their expected length, every take still runs to its bound, and the states alive never pass
+    the card."""
+    model = tiny_cosyvoice
+    spec, bound, capacity, card = simulated_budget(model, prompt_wav16k, monkeypatch, takes=2.5)
+    peaks = {}
+    for growing in ("0", "1"):
+        monkeypatch.setenv("STUDIO_GROWING_ADMISSION", growing)
+        model.take_gate = gate = TakeGate(capacity)
+        lengths = {}
+
+        def run(seed, lengths=lengths):
+            lengths[seed] = list(model.synthesize(SynthesisSpec(**spec, seed=seed)))[-1]["speech_tokens"]
+
+        try:
+            errors = run_together(run, range(6), barrier=True)
+            assert not errors, [str(e) for e in errors]
+            assert set(lengths.values()) == {bound} and len(lengths) == 6
+            assert gate.used == 0
+        finally:
+            model.take_gate = None
+        peaks[growing] = gate.running_peak
+    assert peaks["1"] > peaks["0"], peaks
+    assert 0 < card.peak <= capacity
+
+
 def test_takes_reading_a_cached_prompt_in_place_give_its_share_back_so_more_run_at_once(
     tiny_cosyvoice, prompt_wav16k, monkeypatch
 ):
