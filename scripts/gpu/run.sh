@@ -81,6 +81,15 @@ workload64() {  # the 64-stream level alone, each capture logged (its key and ti
   sed -n 's/^[0-9-]* [0-9:,]* \(.*\): CUDA graph captured.*/\1/p' "$out/workload-sentences-c64.log" | sort | uniq -c
 }
 
+profile64() {  # the 64-stream level with every thread's stack sampled: where the scheduler's host time goes
+  timeout 260 python3 scripts/gpu/sampled_bench.py "$out/stacks-c64" --model /tmp/full "${engine[@]}" \
+    --workload sentences --concurrency 64 --takes 128 --json "$out/h200_workload-sentences-c64-sampled.json" \
+    >"$out/workload-sentences-c64-sampled.log" 2>&1
+  echo "== profile64: rc $?"
+  grep -E "^(vllm|pytorch) " "$out/workload-sentences-c64-sampled.log" | cut -c1-400
+  sed -n '/^### flow-scheduler/,/^###/p' "$out"/stacks-c64-*.txt | head -40
+}
+
 workload24() {
   workload_bench sentences-c16-budget24 200 --workload sentences --concurrency 16 --takes 64 --vram-budget 24
 }
@@ -321,7 +330,7 @@ for step in "$@"; do
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
