@@ -55,3 +55,49 @@ def gate_counters(loaded) -> dict:
         "grow_waits": gate.grow_waits,  # times a take waited to grow its state towards its bound
         "capacity_bytes": gate.capacity,
     }
+
+
+def restart_memory_peaks(loaded) -> None:
+    """The process's CUDA allocator peaks count from now (a benchmark's next level)."""
+    device = _cuda_device(loaded)
+    if device is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_counters(loaded) -> dict:
+    """Where a level's memory went, in GiB: the VRAM plan's shares, the take gate's capacity and the most its takes
+    held at once, and this process's CUDA allocator peaks (allocated: tensors alive; reserved: its segments) since
+    `restart_memory_peaks`. What the plan kept for the runtime but the allocator never reached is what a smaller
+    reserve could give the takes."""
+    gib = 2**30
+    out: dict = {}
+    plan = getattr(loaded.model, "vram_plan", None)
+    if plan is not None:
+        out["plan"] = {
+            "budget": plan.budget / gib,
+            "vllm": plan.vllm / gib,
+            "weights": plan.resident / gib,
+            "flow_arena": plan.flow_arena / gib,
+            "takes": plan.takes / gib,
+            "runtime": plan.reserved / gib,
+            "process_cap": plan.process_fraction * plan.total / gib,
+        }
+    gate = getattr(loaded.model, "take_gate", None)
+    if gate is not None:
+        out["gate_capacity"] = gate.capacity / gib
+        out["gate_held_peak"] = gate.used_peak / gib
+    device = _cuda_device(loaded)
+    if device is not None:
+        import torch
+
+        out["allocated_peak"] = torch.cuda.max_memory_allocated(device) / gib
+        out["reserved_peak"] = torch.cuda.max_memory_reserved(device) / gib
+    return out
+
+
+def _cuda_device(loaded):
+    parts = getattr(loaded.model, "model", None)
+    device = getattr(parts, "device", None)
+    return device if device is not None and getattr(device, "type", None) == "cuda" else None

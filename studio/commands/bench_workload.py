@@ -212,7 +212,12 @@ def text_ratio(args) -> int:
 
 
 def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, open_level: bool) -> dict:
-    from studio.commands.bench_counters import flow_counters, gate_counters
+    from studio.commands.bench_counters import (
+        flow_counters,
+        gate_counters,
+        memory_counters,
+        restart_memory_peaks,
+    )
 
     count = level_takes(args, level, open_level)
     ratio = text_ratio(args)
@@ -225,6 +230,7 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
     gate = getattr(loaded.model, "take_gate", None)
     if gate is not None:
         gate.restart_peak()  # this level's peak from here
+    restart_memory_peaks(loaded)
     start = time.perf_counter()
     deadline = None if args.seconds is None else start + args.seconds
     run = open_loop if open_level else closed_loop
@@ -250,6 +256,7 @@ def bench_level(loaded, args, prompts: list, vram: VramSampler, level: float, op
         "take_seconds": workloads.percentiles([t.seconds for t in takes[: len(records)]]),
         "rtf": workloads.percentiles([r["rtf"] for r in records if "rtf" in r]),
         "flow_solver": {k: v - counters.get(k, 0) for k, v in flow_counters(loaded).items()},
+        "memory_gib": memory_counters(loaded),
     }
 
 
@@ -267,11 +274,22 @@ def print_level(level: dict) -> None:
             if level.get("admitted_at_once") is None
             else f", at most {level['admitted_at_once']} admitted at once"
         )
-        + ("" if peak is None else f", peak VRAM {peak:.1f} GiB"),
+        + ("" if peak is None else f", peak VRAM {peak:.1f} GiB")
+        + _memory_words(level.get("memory_gib") or {}),
         flush=True,
     )
     for message in level["error_messages"]:
         print(f"    error: {message}", file=sys.stderr)
+
+
+def _memory_words(memory: dict) -> str:
+    """ ", takes held at most X of Y GiB, allocator peak Z GiB" where the level measured them."""
+    words = ""
+    if "gate_held_peak" in memory:
+        words += f", takes held at most {memory['gate_held_peak']:.1f} of {memory['gate_capacity']:.1f} GiB"
+    if "allocated_peak" in memory:
+        words += f", allocator peak {memory['allocated_peak']:.1f} GiB"
+    return words
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,6 +63,7 @@ class TakeGate:
         self.lean_total = 0  # takes admitted lean
         self.released_total = 0  # bytes given back by takes that held less than they were admitted by
         self.running_peak = 0  # the most takes running at once
+        self.used_peak = 0  # the most bytes held at once
         self.grow_waits = 0  # times a take waited to grow (a counter for bench and tests)
         self._waiting_threads: set[int] = set()  # the threads of the takes waiting now
         self._admitted: list[Admission] = []  # the running takes
@@ -129,6 +130,7 @@ class TakeGate:
             self._queue.popleft()
             self._admitted.append(admission)
             self.used += admission.held
+            self.used_peak = max(self.used_peak, self.used)
             self.running += 1
             self.running_peak = max(self.running_peak, self.running)
             self.queued_total += waited
@@ -136,9 +138,10 @@ class TakeGate:
             return admission
 
     def restart_peak(self) -> None:
-        """`running_peak` counts from now (a benchmark's next level)."""
+        """`running_peak` and `used_peak` count from now (a benchmark's next level)."""
         with self._condition:
             self.running_peak = self.running
+            self.used_peak = self.used
 
     @contextmanager
     def admitted(
@@ -185,6 +188,7 @@ class TakeGate:
                 if self.running == 1 or self._safe(more, grown=admission):
                     admission.held += more
                     self.used += more
+                    self.used_peak = max(self.used_peak, self.used)
                     break
                 if cancel is not None and cancel.is_set():
                     self._waiting_threads.discard(thread)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import statistics
+from types import SimpleNamespace
 
 import pytest
 
 from studio import workloads
 from studio.cli import main
+from studio.commands.bench_counters import memory_counters
+from studio.tts.device.vram_budget import GIB, plan_vram
+from studio.tts.take_gate import TakeGate
 
 
 def test_workloads_are_seeded_distributions_of_take_lengths_with_texts_sized_to_the_bound():
@@ -83,3 +87,20 @@ def test_bench_workload_closed_and_open_loop_write_the_levels(tmp_path, tiny_mod
 def test_bench_rates_need_a_workload(tiny_model_dir, capsys):
     assert main(["bench", "--model", str(tiny_model_dir), "--rates", "2"]) == 2
     assert "--rates needs --workload" in capsys.readouterr().err
+
+
+def test_a_levels_memory_says_where_the_budget_went_and_what_the_takes_held():
+    """The plan's shares (they add up to the budget), the gate's capacity (the takes' share) and the most its
+    takes held at once; without CUDA no allocator peaks."""
+    plan = plan_vram(24 * GIB, 80 * GIB, resident=GIB, with_vllm=True)
+    gate = TakeGate(plan.takes)
+    with gate.admitted(plan.takes // 4), gate.admitted(plan.takes // 2):
+        pass
+    model = SimpleNamespace(vram_plan=plan, take_gate=gate, model=SimpleNamespace(device=None))
+    memory = memory_counters(SimpleNamespace(model=model))
+    shares = memory["plan"]
+    assert shares["budget"] == 24
+    assert sum(shares[k] for k in ("vllm", "weights", "flow_arena", "takes", "runtime")) == pytest.approx(24)
+    assert memory["gate_capacity"] == pytest.approx(shares["takes"])
+    assert memory["gate_held_peak"] == pytest.approx(0.75 * shares["takes"], rel=1e-6)
+    assert "allocated_peak" not in memory and shares["process_cap"] < 24

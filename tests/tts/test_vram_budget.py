@@ -159,6 +159,20 @@ def test_bytes_a_take_gives_back_let_a_waiting_take_in_at_once():
     assert gate.used == 0 and gate.released_total == 80
 
 
+def test_the_gate_reports_the_most_bytes_its_takes_held_at_once_from_each_restart():
+    gate = TakeGate(10)
+    with gate.admitted(4), gate.admitted(8, start_bytes=3) as growing:
+        assert gate.used_peak == 7
+        assert growing.grow_to(5)
+        assert gate.used_peak == 9
+    assert gate.used == 0 and gate.used_peak == 9  # a peak outlives the takes that made it
+    gate.restart_peak()  # a benchmark's next level
+    assert gate.used_peak == 0
+    with gate.admitted(2):
+        pass
+    assert gate.used_peak == 2
+
+
 def test_takes_grow_only_while_some_take_can_still_reach_its_bound():
     """The banker's rule for one resource: takes of bound 8 starting at 2 in a gate of 10. Two run (each could
     grow in turn), a third waits; one grows to its bound at once; the other's growth waits until it ends."""
