@@ -13,6 +13,11 @@
 #                gputests)
 #   grow24       the 24 GiB level with takes admitted by their text (bench --admit-by-text: each starts at the
 #                length its text is expected to take and may grow to twice it, as a model that stops is admitted)
+#   growing24, growing64  the 24 GiB and the 64-stream levels with growing admission (STUDIO_GROWING_ADMISSION=1:
+#                a take admitted by its first chunks' state grows chunk by chunk)
+#   twin64       the in-process twin of `http` at 64 clients (bench --admit-by-text bound: takes admitted by text
+#                that run to their bound, as random weights through the server)
+#   profile64    the 64-stream level with every thread's stack sampled (scripts/gpu/sampled_bench.py)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
 #                batches beyond it run a step at a time), in fp16 and with float8 states
@@ -37,7 +42,8 @@
 #                by one);
 #                cv3-bench (make-model and --tokens 100, with the DiT's graphed solve and with it eager:
 #                STUDIO_CUDA_GRAPHS=0) and cv3-probes (the rest; the flow and HiFT batch probes with --graphs) split it
-#                across two calls; cv3-graphs: cv3-bench without its eager half
+#                across two calls; cv3-graphs: cv3-bench without its eager half; cv3-segments: cv3-graphs with
+#                the allocator's fixed segments (STUDIO_EXPANDABLE_SEGMENTS=0)
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
@@ -102,6 +108,11 @@ growing24() {  # takes admitted by their first chunks' state, growing chunk by c
 growing64() {
   STUDIO_GROWING_ADMISSION=1 workload_bench sentences-c64-growing 240 --workload sentences --concurrency 64 \
     --takes 128
+}
+
+twin64() {  # the in-process twin of `http` at 64 clients: takes admitted by text that run to their bound
+  workload_bench sentences-c64-bytext-bound 240 --workload sentences --concurrency 64 --takes 128 \
+    --admit-by-text bound
 }
 
 grow24() {  # takes admitted by their text's expected length, growing towards its bound
@@ -330,7 +341,7 @@ for step in "$@"; do
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | twin64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -65,9 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--admit-by-text",
-        action="store_true",
+        nargs="?",
+        const="expected",
+        choices=("expected", "bound"),
         help="admit each take as a model that stops is admitted (at the length its text is expected to take, "
-        "growing towards its text's bound of twice that) instead of by its exact length",
+        "growing towards its text's bound of twice that) instead of by its exact length; the takes' texts sized "
+        "so that each stops where its text is expected to (expected, the default) or runs to its text's bound "
+        "(bound: growing from half its length to all of it, what random weights do through the server)",
     )
     group.add_argument("--voices", type=int, default=workloads.VOICES, metavar="N", help="voices (default 4)")
     group.add_argument(
@@ -161,7 +165,7 @@ def closed_loop(loaded, takes: list, prompts: list, args, concurrency: int, dead
             if take is None:
                 return
             record = one_take(
-                loaded, take, prompts, args.stream, time.perf_counter(), args.seed, args.admit_by_text
+                loaded, take, prompts, args.stream, time.perf_counter(), args.seed, bool(args.admit_by_text)
             )
             with lock:
                 records.append(record)
@@ -187,7 +191,7 @@ def open_loop(loaded, takes: list, prompts: list, args, rate: float, deadline: f
             time.sleep(max(0.0, arrive - time.perf_counter()))
             futures.append(
                 pool.submit(
-                    one_take, loaded, take, prompts, args.stream, arrive, args.seed, args.admit_by_text
+                    one_take, loaded, take, prompts, args.stream, arrive, args.seed, bool(args.admit_by_text)
                 )
             )
         return [f.result() for f in futures]
@@ -202,9 +206,10 @@ def level_takes(args, level: float, open_loop_level: bool) -> int:
 
 
 def text_ratio(args) -> int:
-    """Speech tokens per text token of the takes' texts: admitted by text, a take's length is what its text is
-    expected to take (so it starts at its length and may grow to twice it); else its text's bound."""
-    if not args.admit_by_text:
+    """Speech tokens per text token of the takes' texts: admitted by text (``expected``), a take's length is what
+    its text is expected to take (so it starts at its length and may grow to twice it); else (exact lengths, or
+    ``bound``) its text's bound."""
+    if args.admit_by_text in (None, "bound"):
         return workloads.SPEECH_TOKENS_PER_TEXT_TOKEN
     from studio.tts.pipeline import EXPECTED_TOKENS_PER_TEXT_TOKEN
 
@@ -317,7 +322,9 @@ def run(args: argparse.Namespace) -> int:
         "model": str(args.model),
         "family": family_of(args.model).name,
         "stream": args.stream,
-        "admission": "text" if args.admit_by_text else "exact length",
+        "admission": {None: "exact length", "expected": "text", "bound": "text, run to its bound"}[
+            args.admit_by_text
+        ],
         "fp16": args.fp16,
         "warmup_rounds": args.warmup_rounds,
         "good_first_audio_s": workloads.GOOD_FIRST_AUDIO_S,

@@ -11,6 +11,7 @@ import pytest
 from studio import workloads
 from studio.cli import main
 from studio.commands.bench_counters import memory_counters
+from studio.commands.bench_workload import text_ratio
 from studio.tts.device.vram_budget import GIB, plan_vram
 from studio.tts.take_gate import TakeGate
 
@@ -104,3 +105,18 @@ def test_a_levels_memory_says_where_the_budget_went_and_what_the_takes_held():
     assert memory["gate_capacity"] == pytest.approx(shares["takes"])
     assert memory["gate_held_peak"] == pytest.approx(0.75 * shares["takes"], rel=1e-6)
     assert "allocated_peak" not in memory and shares["process_cap"] < 24
+
+
+def test_takes_admitted_by_text_stop_where_their_text_is_expected_to_or_run_to_its_bound():
+    """bench --admit-by-text [expected|bound]: the takes' texts sized so that a take is as long as its text is
+    expected to take (admitted by its whole length), or as its text's bound (admitted by half of it, growing
+    to it, as random weights run through the server); exact-length takes have texts at their bound."""
+    from studio.tts.pipeline import EXPECTED_TOKENS_PER_TEXT_TOKEN
+
+    ratios = {mode: text_ratio(SimpleNamespace(admit_by_text=mode)) for mode in (None, "expected", "bound")}
+    assert ratios == {
+        None: workloads.SPEECH_TOKENS_PER_TEXT_TOKEN,
+        "expected": EXPECTED_TOKENS_PER_TEXT_TOKEN,
+        "bound": workloads.SPEECH_TOKENS_PER_TEXT_TOKEN,
+    }
+    assert ratios["bound"] == 2 * ratios["expected"]
