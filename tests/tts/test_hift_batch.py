@@ -26,12 +26,8 @@ def mel(frames: int, seed: int) -> torch.Tensor:
     return torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(seed)) - 5
 
 
-@torch.inference_mode()
-def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeypatch):  # noqa: F811
-    flow, hift = modules
-    seeds = (1, 2, 3, 4, 5, 6, 7, 8)
-    alone = [stream(flow, hift, seed) for seed in seeds]
-    together = [stream(flow, hift, seed) for seed in seeds]
+def record_batches(hift, monkeypatch) -> list[tuple[int, int]]:
+    """HiFT's batched calls from now on, each as (rows, chunks): rows past the chunks are padding."""
     batches = []
     rows = hift.inference_rows
 
@@ -40,6 +36,16 @@ def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeyp
         return rows(speech_feat, cache_source, generators)
 
     monkeypatch.setattr(hift, "inference_rows", counting)
+    return batches
+
+
+@torch.inference_mode()
+def test_a_batch_of_takes_chunks_equals_each_take_vocoded_alone(modules, monkeypatch):  # noqa: F811
+    flow, hift = modules
+    seeds = (1, 2, 3, 4, 5, 6, 7, 8)
+    alone = [stream(flow, hift, seed) for seed in seeds]
+    together = [stream(flow, hift, seed) for seed in seeds]
+    batches = record_batches(hift, monkeypatch)
     # seven takes' chunks of one length go together (padded to eight rows), the eighth's is longer: alone
     for step, frames in enumerate((40, 30, 30)):
         lengths = [frames] * 7 + [frames + 7]
@@ -76,14 +82,7 @@ def test_a_large_batch_runs_in_pieces_of_a_few_row_counts_and_each_chunk_equals_
     """21 chunks of one shape: pieces of 16, 4 and 1 rows (graphs for three row counts, not one for 24 rows of
     which three padded), every chunk its own take's speech."""
     flow, hift = modules
-    batches = []
-    rows = hift.inference_rows
-
-    def counting(speech_feat, cache_source, generators):
-        batches.append((speech_feat.shape[0], len(generators)))
-        return rows(speech_feat, cache_source, generators)
-
-    monkeypatch.setattr(hift, "inference_rows", counting)
+    batches = record_batches(hift, monkeypatch)
     seeds = range(1, 22)
     together = [stream(flow, hift, seed) for seed in seeds]
     alone = [stream(flow, hift, seed) for seed in seeds]
@@ -116,20 +115,13 @@ def test_a_failed_batch_runs_again_chunk_by_chunk_and_only_the_culprit_fails(mod
 @torch.inference_mode()
 def test_batches_are_split_to_stay_within_their_frames(modules, monkeypatch):  # noqa: F811
     flow, hift = modules
-    batches = []
-    rows = hift.inference_rows
-
-    def counting(speech_feat, cache_source, generators):
-        batches.append(len(generators))
-        return rows(speech_feat, cache_source, generators)
-
-    monkeypatch.setattr(hift, "inference_rows", counting)
+    batches = record_batches(hift, monkeypatch)
     monkeypatch.setattr(token2wav, "HIFT_BATCH_FRAMES", 100)  # two chunks of 40 frames at most
     takes = [stream(flow, hift, seed) for seed in (1, 2, 3, 4, 5)]
     reference = [stream(flow, hift, seed) for seed in (1, 2, 3, 4, 5)]
     mels = [mel(40, seed) for seed in range(5)]
     got = Token2WavStream.vocode_many([(s, m, False) for s, m in zip(takes, mels, strict=True)])
-    assert batches == [2, 2]  # and the fifth alone, through its own `vocode`
+    assert batches == [(2, 2), (2, 2)]  # and the fifth alone, through its own `vocode`
     for ours, take, m in zip(got, reference, mels, strict=True):
         assert relative_error(ours, take.vocode(m, False)) < TOLERANCE
 
