@@ -17,8 +17,9 @@ So each take's samples equal its own `push` up to float rounding (other kernels 
 
 On CUDA the network (`HiFTGenerator.spectrum`, about 940 of a push's ~1,040 operations) is replayed as CUDA
 graphs (`SpectrumGraphs`, attached by the loader as `hift.spectrum_graphs`): the windows are right-padded
-further, to a frame bucket (32 frames up to 256), and the takes run in pieces of a few row counts (padded rows
-repeat nothing a take keeps), which the same argument makes exact; a shape runs eagerly once and is captured when it recurs (or while the flow's scheduler idles).
+further, to a frame bucket (32 frames up to 256), and the takes run in pieces of a few row counts (`batch_pieces`;
+padded rows are zeros), which the same argument makes exact; a shape runs eagerly once and is captured when it
+recurs (or while the flow's scheduler idles).
 """
 
 from __future__ import annotations

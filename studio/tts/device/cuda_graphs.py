@@ -94,8 +94,8 @@ def bucket_batch(size: int) -> int:
 def batch_pieces(size: int) -> list[tuple[int, int]]:
     """A batch of `size` rows as pieces (real rows, rows padded to): each piece a power of two, padded by at most
     a fifth of its real rows, else split (21 -> 16 + 4 + 1, 15 -> 16 padded). For a graph per shape where the rows
-    are independent (HiFT's): a handful of row counts cover every batch, so under mixed loads their graphs stay
-    few and captured, where one graph per multiple of four kept being made anew."""
+    are independent (HiFT's): eight row counts cover batches of 1-128 (`bucket_batch` makes one per multiple of
+    four), and no piece computes more than a fifth of padding (`bucket_batch` pads 9 rows to 12)."""
     pieces = []
     while size > 0:
         padded = 1 << (size - 1).bit_length()
