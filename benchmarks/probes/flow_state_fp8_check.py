@@ -8,12 +8,13 @@ difference over the exact chunk's) and the largest absolute difference, and the 
 both ways. Random weights are not a trained model's: the figure is a proxy until measured on real weights.
 
 Usage: python benchmarks/probes/flow_state_fp8_check.py [--tokens 250] [--prompt-tokens 100]
-       [--device cpu|cuda] [--dtype float32|float16] [--threads 2] [--json out.json]
+       [--device cpu|cuda] [--dtype float32|float16] [--threads 2] [--fp16-too] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import tempfile
@@ -65,6 +66,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--fp16-too",
+        action="store_true",
+        help="also stream the exact state with the flow in float16 (the GPU's precision) and report its error "
+        "against the float32 stream: the tolerance the default already runs at, beside float8's",
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -81,18 +88,30 @@ def main() -> None:
     with torch.inference_mode():
         exact = stream(flow, inputs, speech, fp8=False)
         quantized = stream(flow, inputs, speech, fp8=True)
+        half = None
+        if args.fp16_too:
+            flow16 = copy.deepcopy(flow).half()
+            inputs16 = {**inputs, "prompt_feat": inputs["prompt_feat"].half()}
+            half = stream(flow16, inputs16, speech, fp8=False)
     layout = solver_for(flow.decoder).layout
     state_dtype = torch.float16 if args.device == "cuda" else dtype
     bytes_exact = stored_bytes_per_frame(layout, STATE_STEPS, 2, state_dtype, False)
     bytes_fp8 = stored_bytes_per_frame(layout, STATE_STEPS, 2, state_dtype, True)
     chunks = []
     print(f"full CosyVoice2 flow, {args.device} {args.dtype}, prompt {prompt} tokens, take {args.tokens}")
-    print(" chunk  frames  relative error  max |diff|")
+    print(" chunk  frames  relative error  max |diff|" + ("  fp16's relative error" if half else ""))
     for index, (ours, theirs) in enumerate(zip(quantized, exact, strict=True)):
         relative = float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
         largest = float((ours - theirs).abs().max())
-        chunks.append({"frames": ours.shape[2], "relative_error": relative, "max_abs_diff": largest})
-        print(f" {index:5d}  {ours.shape[2]:6d}  {relative:14.2e}  {largest:10.2e}")
+        chunk = {"frames": ours.shape[2], "relative_error": relative, "max_abs_diff": largest}
+        line = f" {index:5d}  {ours.shape[2]:6d}  {relative:14.2e}  {largest:10.2e}"
+        if half is not None:
+            chunk["fp16_relative_error"] = float(
+                (half[index] - theirs).norm() / theirs.norm().clamp_min(1e-30)
+            )
+            line += f"  {chunk['fp16_relative_error']:22.2e}"
+        chunks.append(chunk)
+        print(line)
     print(
         f"state per mel frame: {bytes_exact / 2**20:.2f} MiB in {state_dtype}, {bytes_fp8 / 2**20:.2f} MiB fp8"
     )
