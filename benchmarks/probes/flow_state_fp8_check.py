@@ -14,7 +14,6 @@ Usage: python benchmarks/probes/flow_state_fp8_check.py [--tokens 250] [--prompt
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import tempfile
@@ -90,7 +89,7 @@ def main() -> None:
         quantized = stream(flow, inputs, speech, fp8=True)
         half = None
         if args.fp16_too:
-            flow16 = copy.deepcopy(flow).half()
+            flow16 = full_flow(args.device, torch.float16)  # the same seed: the same weights, rounded
             inputs16 = {**inputs, "prompt_feat": inputs["prompt_feat"].half()}
             half = stream(flow16, inputs16, speech, fp8=False)
     layout = solver_for(flow.decoder).layout
