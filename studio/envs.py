@@ -136,8 +136,8 @@ EXPANDABLE_SEGMENTS = _define(
 FLOW_STATE_FP8 = _define(
     "STUDIO_FLOW_STATE_FP8",
     "0",
-    "streaming flow: a take's kept keys/values in float8 with a scale per vector (53% of the fp16 bytes; "
-    "the mel moves by about 1%, benchmarks/probes/flow_state_fp8_check.py)",
+    "streaming flow: a take's kept keys/values in float8 with a scale per vector (53% of the fp16 bytes; the mel "
+    "moves by 0.2-0.3%, a fifth of what float16 compute moves it: benchmarks/probes/flow_state_fp8_check.py)",
     speed=True,
 )
 LEAN_TAKES = _define(
