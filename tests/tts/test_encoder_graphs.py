@@ -154,6 +154,26 @@ def test_at_most_max_graphs_are_kept_and_new_weights_drop_them_all():
     assert list(graphs._graphs) == [("b",)] and graphs.captures == 5
 
 
+def test_a_steady_shape_outlives_one_off_shapes_and_a_shape_no_longer_called_goes_in_time():
+    """The graph replayed least lately goes, not the least recently used: a shape replayed often stays while
+    shapes seen once (a take's last chunk) come and go; counts halve at each eviction, so it goes once unused."""
+    graphs = ShapeGraphs("test", doubled, max_graphs=2, capture=replaying_capture)
+    x = torch.ones(2)
+    for _ in range(4):  # captured, then replayed three times
+        graphs(("steady",), (1,), (x,))
+    graphs(("last chunk 1",), (1,), (x,))  # the steady shape is now the least recently used
+    graphs(("last chunk 2",), (1,), (x,))
+    assert list(graphs._graphs) == [("steady",), ("last chunk 2",)]
+    graphs(("last chunk 3",), (1,), (x,))
+    assert list(graphs._graphs) == [("steady",), ("last chunk 3",)]  # its 3 replays halved to 1: still kept
+    graphs(("new steady",), (1,), (x,))  # the old steady shape, not called since, has its count halved to 0
+    assert list(graphs._graphs) == [("last chunk 3",), ("new steady",)]
+    graphs(("new steady",), (1,), (x,))
+    graphs(("another",), (1,), (x,))
+    assert list(graphs._graphs) == [("new steady",), ("another",)]
+    assert torch.equal(graphs(("new steady",), (1,), (x + 1,))[0], (x + 1) * 2)
+
+
 def test_a_failed_capture_switches_graphs_off_and_calls_still_get_their_result():
     def failing(run, device, pool, context=None, warmup=1):
         raise RuntimeError("operation not permitted when stream is capturing")

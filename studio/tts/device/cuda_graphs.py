@@ -157,6 +157,7 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]  # static copies the graph reads
     outputs: tuple[torch.Tensor, ...]  # what the graph writes (cloned before anyone else replays)
+    replays: int = 0  # since it was captured, halved at each eviction (`ShapeGraphs._evict`)
 
 
 class ShapeGraphs:
@@ -171,8 +172,9 @@ class ShapeGraphs:
       scheduler's tick spends: 51 HiFT captures of 0.13-0.38 s each in one 64-stream level.
     - Or earlier, while the GPU's worker is idle (`capture_one_pending`): a key that ran eagerly keeps a
       copy of its inputs, and is captured from them without a warm-up pass, off any take's path.
-    - At most `max_graphs` are kept (least recently used dropped); they share one memory pool, which is
-      safe because calls are serialised and outputs are cloned before the next replay.
+    - At most `max_graphs` are kept: the one replayed least lately goes (`_evict`), so a steady shape outlives
+      the one-off shapes (a take's last chunk) captured around it. They share one memory pool, which is safe
+      because calls are serialised and outputs are cloned before the next replay.
     - New weights (`fingerprint`: moved or cast) drop every graph.
     - A capture that runs out of memory (the budget is full of takes) leaves graphs on: its call runs eagerly
       and the key is tried again after `OOM_RETRY_AFTER` more eager calls (or while idle). Any other failed
@@ -253,6 +255,7 @@ class ShapeGraphs:
             for static, value in zip(captured.inputs, inputs, strict=True):
                 static.copy_(value)
             captured.graph.replay()
+            captured.replays += 1
             return tuple(tensor.clone() for tensor in captured.outputs)
 
     def _paid(self, key: tuple) -> bool:
@@ -298,6 +301,16 @@ class ShapeGraphs:
         self._pending.clear()
         self._pool = None
 
+    def _evict(self, keep: tuple) -> None:
+        """Drop the graph replayed least since the last evictions (of those, the least recently used), never
+        `keep` (just captured); then halve every count, so that a shape no longer called goes in time. Under
+        mixed lengths a least-recently-used rule lets one-row last chunks, which seldom come back, push steady
+        shapes out to be captured again (benchmarks/results/2026-12-05, the second H100's 64-stream log)."""
+        victim = min((k for k in self._graphs if k != keep), key=lambda k: self._graphs[k].replays)
+        del self._graphs[victim]
+        for captured in self._graphs.values():
+            captured.replays //= 2
+
     def _new_graph(
         self, key: tuple, inputs: tuple[torch.Tensor, ...], context, warmup: int
     ) -> _Captured | None:
@@ -328,7 +341,7 @@ class ShapeGraphs:
         captured = self._graphs[key] = _Captured(graph, static, tuple(outputs))
         self.captures += 1
         while len(self._graphs) > self.max_graphs:
-            self._graphs.popitem(last=False)
+            self._evict(keep=key)
         log.info(
             "%s: CUDA graph captured for %s in %.3f s (%d kept)",
             self.name,
