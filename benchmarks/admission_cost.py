@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import types
-from pathlib import Path
 
 import torch
 
 from studio import workloads
-from studio.tts.config import read_config
-from studio.tts.fabricate import yaml_template
+from studio.tts.fabricate.builder import full_size_section
 from studio.tts.flow.streaming.incremental import prompt_boundary
 from studio.tts.flow.streaming.solver import solver_for
 from studio.tts.memory import STATE_STEPS, shared_prompt_bytes, take_state_bytes
@@ -36,11 +33,8 @@ TAKES_SHARE_24 = (
 
 
 def full_flow() -> torch.nn.Module:
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "cosyvoice2.yaml"
-        path.write_text(yaml_template.render_yaml(yaml_template.FULL_DIMENSIONS), encoding="utf-8")
-        with torch.device("meta"):
-            return read_config(path).build("flow")
+    with torch.device("meta"):
+        return full_size_section("flow")
 
 
 def main() -> None:

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 
-from studio.tts.config import read_config
-from studio.tts.fabricate import yaml_template
+from studio.tts.fabricate.builder import full_size_section
 from studio.tts.flow.streaming.batched_solve import stored_bytes_per_frame
 from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.solver import solver_for
@@ -33,10 +31,7 @@ LOOKAHEAD = 3
 
 def full_flow(device: str, dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "cosyvoice2.yaml"
-        path.write_text(yaml_template.render_yaml(yaml_template.FULL_DIMENSIONS), encoding="utf-8")
-        return read_config(path).build("flow").to(device=device, dtype=dtype).eval()
+    return full_size_section("flow").to(device=device, dtype=dtype).eval()
 
 
 def hop_ends(tokens: int) -> list[tuple[int, bool]]:

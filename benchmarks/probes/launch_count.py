@@ -16,7 +16,6 @@ import argparse
 import collections
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -25,8 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flow_state_fp8_check import full_flow  # noqa: E402
 
-from studio.tts.config import read_config  # noqa: E402
-from studio.tts.fabricate import yaml_template  # noqa: E402
+from studio.tts.fabricate.builder import full_size_section  # noqa: E402
 from studio.tts.flow.streaming.incremental import IncrementalFlow, begin_many  # noqa: E402
 from studio.tts.flow.streaming.solver import solver_for  # noqa: E402
 
@@ -61,10 +59,7 @@ class KernelCount(TorchDispatchMode):
 
 def full_hift() -> torch.nn.Module:
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "cosyvoice2.yaml"
-        path.write_text(yaml_template.render_yaml(yaml_template.FULL_DIMENSIONS), encoding="utf-8")
-        hift = read_config(path).build("hift").eval()
+    hift = full_size_section("hift").eval()
     hift.fuse_weight_norm()  # as the loader leaves it (load_hift_state_dict)
     return hift
 

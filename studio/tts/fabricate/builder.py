@@ -219,6 +219,21 @@ def build_model_folder(
     return out_dir
 
 
+def full_size_section(section: str, family: str = "cosyvoice2") -> torch.nn.Module:
+    """One section (``flow``, ``hift``) of ``family``'s full-size model, built from its yaml template with the
+    current random state and no folder written (probes and benchmarks that need its shapes, not a 5 GB folder).
+    Built under ``torch.device("meta")`` it holds no weights at all."""
+    import tempfile
+
+    model_family = _family(family)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / model_family.yaml_file
+        path.write_text(
+            _TEMPLATES[model_family].render_yaml(_dimensions(model_family, "full")[0]), encoding="utf-8"
+        )
+        return read_config(path).build(section)
+
+
 def _save_backbone(llm: torch.nn.Module, path: Path, size: str) -> None:
     """The BlankEN backbone weights (bf16 like the official file; float16 for tiny)."""
     from safetensors.torch import save_file
