@@ -129,13 +129,17 @@ class TakeGate:
             self._waiting_threads.discard(thread)
             self._queue.popleft()
             self._admitted.append(admission)
-            self.used += admission.held
-            self.used_peak = max(self.used_peak, self.used)
+            self._hold(admission.held)
             self.running += 1
             self.running_peak = max(self.running_peak, self.running)
             self.queued_total += waited
             self._condition.notify_all()  # the next in line may fit too
             return admission
+
+    def _hold(self, nbytes: int) -> None:
+        """`nbytes` more held by the running takes (lock held)."""
+        self.used += nbytes
+        self.used_peak = max(self.used_peak, self.used)
 
     def restart_peak(self) -> None:
         """`running_peak` and `used_peak` count from now (a benchmark's next level)."""
@@ -187,8 +191,7 @@ class TakeGate:
                 more = target - admission.held
                 if self.running == 1 or self._safe(more, grown=admission):
                     admission.held += more
-                    self.used += more
-                    self.used_peak = max(self.used_peak, self.used)
+                    self._hold(more)
                     break
                 if cancel is not None and cancel.is_set():
                     self._waiting_threads.discard(thread)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from studio import envs
-from studio.tts.device.cuda_graphs import batch_pieces
+from studio.tts.device.cuda_graphs import in_pieces
 from studio.tts.device.transfer import to_device
 from studio.tts.flow.streaming.hops import (
     HOP_SCALE,
@@ -318,11 +318,8 @@ class Token2WavStream(ChunkedTake):
 def _vocode_batch(chunks: list, inputs: list, members: list[int], out: list) -> None:
     """HiFT for the chunks `members` (inputs of one shape), in pieces of `batch_pieces` rows (a few row counts:
     few graphs under any load; padded rows repeat a piece's first); each chunk's speech into `out`."""
-    start = 0
-    for real, rows in batch_pieces(len(members)):
-        piece = members[start : start + real]
-        start += real
-        padded = piece + [piece[0]] * (rows - real)
+    for piece, rows in in_pieces(members):
+        padded = piece + [piece[0]] * (rows - len(piece))
         speech, source = chunks[piece[0]][0].hift.inference_rows(
             torch.cat([inputs[i][0] for i in padded]),
             torch.cat([inputs[i][1] for i in padded]),

@@ -37,9 +37,9 @@ from studio.tts.device.cuda_graphs import (
     ShapeGraphs,
     autocast_context,
     autocast_dtype,
-    batch_pieces,
     bucket_frames,
     capture_graph,
+    in_pieces,
 )
 
 log = logging.getLogger(__name__)
@@ -109,11 +109,10 @@ class SpectrumGraphs:
         output [takes, n_fft + 2, frames * stft_rate + 1] (a take's row: its STFT's frames, then padding).
         The takes run in pieces of `batch_pieces` rows, so that a few row counts serve any batch."""
         frames = bucket_frames(max(mel.shape[2] for mel in mels))
-        spectra, start = [], 0
-        for real, rows in batch_pieces(len(mels)):
-            piece = self._piece(mels[start : start + real], stfts[start : start + real], rows, frames)
-            spectra.append(piece[:real])
-            start += real
+        spectra = [
+            self._piece([mels[i] for i in piece], [stfts[i] for i in piece], rows, frames)[: len(piece)]
+            for piece, rows in in_pieces(range(len(mels)))
+        ]
         return spectra[0] if len(spectra) == 1 else torch.cat(spectra)
 
     def _piece(

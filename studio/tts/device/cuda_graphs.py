@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
@@ -105,6 +105,14 @@ def batch_pieces(size: int) -> list[tuple[int, int]]:
         pieces.append((real, padded))
         size -= real
     return pieces
+
+
+def in_pieces(items: Sequence[T]) -> Iterator[tuple[Sequence[T], int]]:
+    """`items` cut as `batch_pieces` cuts their count: each piece's items and the rows it is padded to."""
+    start = 0
+    for real, rows in batch_pieces(len(items)):
+        yield items[start : start + real], rows
+        start += real
 
 
 def bucket_frames(frames: int) -> int:
