@@ -136,6 +136,17 @@ def _end_own_group(grace: float) -> None:
     signal_group(me, signal.SIGKILL)
 
 
+def arm_if_spawning() -> bool:
+    """In a child that ``multiprocessing`` is still preparing (spawn or forkserver: before anything else it
+    imports the parent's main module, and with it this package), die with the parent from now on. vLLM's
+    engine core loads the studio's plugin (`arm_if_child`) only seconds later, after its own imports; a
+    ``serve`` killed meanwhile left it running. Returns whether this process is one."""
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return False
+    die_with_parent(os.getppid())  # its parent_process() is not set yet: the process that started it
+    return True
+
+
 def arm_if_child() -> bool:
     """In a process started by ``multiprocessing`` (vLLM's engine core and workers are), die with the
     parent. vLLM ends them when it shuts down in order; this covers every other way its parent ends.

