@@ -137,7 +137,14 @@ FLOW_STATE_FP8 = _define(
     "STUDIO_FLOW_STATE_FP8",
     "0",
     "streaming flow: a take's kept keys/values in float8 with a scale per vector (53% of the fp16 bytes; the mel "
-    "moves by 0.2-0.3%, a fifth of what float16 compute moves it: benchmarks/probes/flow_state_fp8_check.py)",
+    "moves by 0.2-0.3%, a fifth of what float16 compute moves it: benchmarks/probes/flow_state_check.py)",
+    speed=True,
+)
+FLOW_STATE_INPUTS = _define(
+    "STUDIO_FLOW_STATE_INPUTS",
+    "0",
+    "streaming flow: a take keeps each attention block's input instead of its keys and values (a quarter of the "
+    "bytes; the solve projects them again for every chunk, as one GEMM per block inside its CUDA graph)",
     speed=True,
 )
 LEAN_TAKES = _define(

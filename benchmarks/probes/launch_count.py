@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flow_state_fp8_check import full_flow  # noqa: E402
+from flow_state_check import full_flow  # noqa: E402
 
 from studio.tts.fabricate.builder import full_size_section  # noqa: E402
 from studio.tts.flow.streaming.incremental import IncrementalFlow, begin_many  # noqa: E402

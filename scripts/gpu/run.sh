@@ -19,6 +19,8 @@
 #                that run to their bound, as random weights through the server)
 #   profile64    the 64-stream level with every thread's stack sampled (scripts/gpu/sampled_bench.py)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
+#   inputs64     the 64-stream level with the takes' states kept as attention inputs (STUDIO_FLOW_STATE_INPUTS=1),
+#                then as keys/values, on the same machine; inputs24: the 24 GiB level with inputs, and in float8
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
 #                batches beyond it run a step at a time), in fp16 and with float8 states
 #   share64      the 64-stream level with a fifth of the rest for the arena (STUDIO_FLOW_ARENA_SHARE=0.2, the
@@ -120,10 +122,23 @@ grow24() {  # takes admitted by their text's expected length, growing towards it
     --vram-budget 24 --admit-by-text
 }
 
+inputs64() {  # the 64-stream level with the takes' states kept as attention inputs, then as keys/values (A/B)
+  STUDIO_FLOW_STATE_INPUTS=1 workload_bench sentences-c64-inputs 240 --workload sentences --concurrency 64 \
+    --takes 128
+  workload_bench sentences-c64 240 --workload sentences --concurrency 64 --takes 128
+}
+
+inputs24() {  # the 24 GiB level with attention inputs, then with them in float8
+  STUDIO_FLOW_STATE_INPUTS=1 workload_bench sentences-c16-budget24-inputs 200 --workload sentences \
+    --concurrency 16 --takes 64 --vram-budget 24
+  STUDIO_FLOW_STATE_INPUTS=1 STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-inputs-fp8 200 \
+    --workload sentences --concurrency 16 --takes 64 --vram-budget 24
+}
+
 fp8() {  # the takes' flow state in float8: the 24 GiB level with it, and its error on CUDA in fp16
   STUDIO_FLOW_STATE_FP8=1 workload_bench sentences-c16-budget24-fp8 200 --workload sentences --concurrency 16 \
     --takes 64 --vram-budget 24
-  timeout 150 python3 benchmarks/probes/flow_state_fp8_check.py --device cuda --dtype float16 --tokens 400 \
+  timeout 150 python3 benchmarks/probes/flow_state_check.py --device cuda --dtype float16 --tokens 400 \
     --json "$out/h200_flow-state-fp8.json" >"$out/fp8-probe.log" 2>&1
   echo "== fp8 probe: rc $?"
   tail -9 "$out/fp8-probe.log" | cut -c1-200
@@ -341,7 +356,7 @@ for step in "$@"; do
     capture-tests) capture_tests ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
-    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | twin64 | fp8 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
+    install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | twin64 | fp8 | inputs64 | inputs24 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
       "$step" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

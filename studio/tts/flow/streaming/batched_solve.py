@@ -1,7 +1,10 @@
 """The streaming estimator's Euler solve for a batch of takes, with static shapes (CUDA-graph capturable).
 
 Each take's estimator state (`EstimatorState`, in pages of frames): the keys/values of every transformer block
-at every Euler step for its two classifier-free-guidance rows, plus the causal convolutions' left context.
+at every Euler step for its two classifier-free-guidance rows, plus the causal convolutions' left context. A
+state that keeps inputs (`STUDIO_FLOW_STATE_INPUTS`) holds each block's attention input instead (the output of
+its first norm: a quarter of the bytes), and the solve projects the keys/values of the whole context from them
+for every block (one GEMM each, inside the captured graph), so the work arena holds inputs too.
 `solve_batch` runs all Euler steps for a batch of takes over a shared `WorkArena` into which their states
 were copied: every row writes its new keys/values at its own absolute frames (`SolveInputs.write`),
 attends through its own bias (chunk mask, and nothing at or past its last real frame), and keeps its
@@ -26,9 +29,11 @@ from studio.tts.flow.masks import mask_to_bias
 
 
 class Layout:
-    """Where each transformer block's keys/values and each causal conv's left context sit in a state."""
+    """Where each transformer block's keys/values (or, with `inputs`, its attention input) and each causal
+    conv's left context sit in a state."""
 
-    def __init__(self, estimator: CausalConditionalDecoder):
+    def __init__(self, estimator: CausalConditionalDecoder, inputs: bool = False):
+        self.inputs = inputs  # what `state_shape` and `bytes_per_frame` describe unless told otherwise
         blocks = [
             b
             for level in (*estimator.down_blocks, *estimator.mid_blocks, *estimator.up_blocks)
@@ -39,6 +44,7 @@ class Layout:
         first = blocks[0].attn1
         self.heads = first.heads
         self.head_dim = first.to_q.out_features // first.heads
+        self.dim = first.to_q.in_features  # a block's attention input per frame
         convs = [m for m in estimator.modules() if isinstance(m, CausalConv1d)]
         lefts = {conv.causal_padding for conv in convs}
         if len(lefts) != 1:
@@ -61,30 +67,47 @@ class Layout:
             cached = self._qkv[attn] = (key, torch.cat(parts, dim=0))
         return cached[1]
 
+    def kv_weight(self, attn: nn.Module) -> torch.Tensor:
+        """The block's k and v projections as one weight [2 x inner, dim] (a view of `qkv_weight`)."""
+        return self.qkv_weight(attn)[attn.to_q.out_features :]
+
     def kv_shape(self, steps: int, rows: int, frames: int) -> tuple[int, ...]:
         """[steps, blocks, k/v, rows, heads, frames, head_dim]"""
         return (steps, len(self.attention), 2, rows, self.heads, frames, self.head_dim)
+
+    def state_shape(self, steps: int, rows: int, frames: int, inputs: bool | None = None) -> tuple[int, ...]:
+        """What a state or an arena keeps of `frames` frames: keys/values (`kv_shape`), or with `inputs` (by
+        default the layout's) each block's attention input as [steps, blocks, 1, rows, 1, frames, dim] (the
+        same axes, so that pages, copies and the scatter of new rows serve both)."""
+        if not (self.inputs if inputs is None else inputs):
+            return self.kv_shape(steps, rows, frames)
+        return (steps, len(self.attention), 1, rows, 1, frames, self.dim)
 
     def tail_shape(self, steps: int, rows: int) -> tuple[int, ...]:
         """[steps, rows, channels, 2 x left]: the tails at the commit point, then those at the mark."""
         return (steps, rows, self.conv_channels, 2 * self.left)
 
-    def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype) -> int:
-        return math.prod(self.kv_shape(steps, rows, 1)) * torch.empty((), dtype=dtype).element_size()
+    def bytes_per_frame(self, steps: int, rows: int, dtype: torch.dtype, inputs: bool | None = None) -> int:
+        return (
+            math.prod(self.state_shape(steps, rows, 1, inputs)) * torch.empty((), dtype=dtype).element_size()
+        )
 
 
-PAGE_FRAMES = 64  # a take's own keys/values are kept in pages of this many frames (about 147 MB each, fp16)
+PAGE_FRAMES = 64  # a take's own rows are kept in pages of this many frames (keys/values: about 147 MB, fp16)
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite float8 e4m3 value
 
 
-def stored_bytes_per_frame(layout: Layout, steps: int, rows: int, dtype: torch.dtype, fp8: bool) -> int:
-    """Bytes of one frame of a take's kept keys/values: in `dtype`, or in float8 with a float32 scale per
-    key or value vector (one per head, block, step and CFG row)."""
+def stored_bytes_per_frame(
+    layout: Layout, steps: int, rows: int, dtype: torch.dtype, fp8: bool, inputs: bool = False
+) -> int:
+    """Bytes of one frame of a take's kept keys/values (or, with `inputs`, its blocks' attention inputs): in
+    `dtype`, or in float8 with a float32 scale per vector (a key, a value or an input: one per head or
+    block, step and CFG row)."""
     if not fp8:
-        return layout.bytes_per_frame(steps, rows, dtype)
-    vectors = math.prod(layout.kv_shape(steps, rows, 1)) // layout.head_dim
-    return layout.bytes_per_frame(steps, rows, FP8) + 4 * vectors
+        return layout.bytes_per_frame(steps, rows, dtype, inputs)
+    shape = layout.state_shape(steps, rows, 1, inputs)
+    return layout.bytes_per_frame(steps, rows, FP8, inputs) + 4 * math.prod(shape) // shape[-1]
 
 
 @dataclass
@@ -100,6 +123,7 @@ class EstimatorState:
 
     With `fp8` the pages hold float8 (e4m3) values, each key or value vector scaled by its largest magnitude
     (a float32 per vector, in `scales`): 53% of the fp16 bytes, and the solve reads them back in its dtype.
+    With `inputs` every row (pages and base alike) holds the blocks' attention inputs (`Layout.state_shape`).
     """
 
     pages: list[torch.Tensor] = field(default_factory=list)  # each [steps, blocks, 2, 2, heads, PAGE, d]
@@ -112,6 +136,7 @@ class EstimatorState:
     fp8: bool = False
     scales: list[torch.Tensor] = field(default_factory=list)  # with fp8: each [..., PAGE, 1] float32
     compute_dtype: torch.dtype | None = None  # the solve's dtype, which the pages' values were written in
+    inputs: bool = False  # rows hold attention inputs, not keys/values
 
     def reserve(self, end: int, like: torch.Tensor) -> None:
         """Pages up to frame `end` for values like `like` (pages of another compute dtype are converted)."""
@@ -138,7 +163,7 @@ class EstimatorState:
             row += rows
 
     def write(self, source: torch.Tensor, start: int, end: int, step: int | None = None) -> None:
-        """Store frames [start, end) of `source` ([..., frames, head_dim], absolute frames) as own rows; with
+        """Store frames [start, end) of `source` ([..., frames, vector], absolute frames) as own rows; with
         `step`, `source` holds that Euler step alone (its first axis 1: the pages were reserved before)."""
         if start < self.base_length:
             raise RuntimeError(f"frame {start} lies in the shared prompt rows (< {self.base_length})")
@@ -156,7 +181,7 @@ class EstimatorState:
                 self.scales[index][steps, :, :, :, :, first : first + rows].copy_(scales[:, :, :, :, :, part])
 
     def copy_prefix(self, target: torch.Tensor, frames: int, step: int | None = None) -> None:
-        """Write frames [0, frames) into `target` ([..., frames, head_dim], absolute frames); with `step`,
+        """Write frames [0, frames) into `target` ([..., frames, vector], absolute frames); with `step`,
         that Euler step's alone (`target`'s first axis 1)."""
         shared, steps = min(frames, self.base_length), _steps(step)
         if shared:
@@ -207,8 +232,9 @@ class SolveInputs:
 
 @dataclass
 class WorkArena:
-    kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]
+    kv: torch.Tensor  # [steps, blocks, 2, 2B, heads, cap, head_dim]; with `inputs`, `Layout.state_shape`'s
     tails: torch.Tensor  # [steps, 2B, channels, 2 x left]: at the commit point, then at the mark
+    inputs: bool = False  # `kv` holds the blocks' attention inputs; keys/values are projected from them
 
 
 def _conv(layout: Layout, tails, io: SolveInputs, conv: CausalConv1d, x: torch.Tensor):
@@ -244,19 +270,30 @@ def _resnet(ctx, resnet: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.T
     return _block(ctx, resnet.block2, h) + _pointwise(resnet.res_conv, x)
 
 
-def _attend(layout: Layout, kv: torch.Tensor, io: SolveInputs, blocks: nn.ModuleList, x: torch.Tensor):
+def _attend(layout: Layout, kv: torch.Tensor, inputs: bool, io: SolveInputs, blocks: nn.ModuleList, x):
     x = x.transpose(1, 2)
     rows, n, _ = x.shape
-    where = io.write[None, :, None, :, None].expand(2, -1, layout.heads, -1, layout.head_dim)
+    cap = kv.shape[-2]
+    where = io.write[None, :, None, :, None].expand(kv.shape[1], -1, kv.shape[3], -1, kv.shape[-1])
     for block in blocks:
         attn = block.attn1
-        # q, k, v in one GEMM: [rows, n, 3, heads, head_dim] -> [3, rows, heads, n, head_dim] (views)
-        qkv = F.linear(block.norm1(x), layout.qkv_weight(attn)).view(rows, n, 3, attn.heads, -1)
-        qkv = qkv.permute(2, 0, 3, 1, 4)
-        cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]
-        cache.scatter_(3, where, qkv[1:].to(cache.dtype))  # this step's keys and values at their frames
-        q = qkv[0]
-        out = F.scaled_dot_product_attention(q, cache[0].to(q.dtype), cache[1].to(q.dtype), attn_mask=io.bias)
+        cache = kv[layout.attention[attn]]  # [2, 2B, heads, cap, head_dim]; inputs: [1, 2B, 1, cap, dim]
+        normed = block.norm1(x)
+        if inputs:  # this step's inputs at their frames, then every context frame's keys/values from them
+            cache.scatter_(3, where, normed[None, :, None].to(cache.dtype))
+            q = F.linear(normed, attn.to_q.weight).view(rows, n, attn.heads, -1).transpose(1, 2)
+            projected = F.linear(cache[0, :, 0].to(q.dtype), layout.kv_weight(attn)).view(
+                rows, cap, 2, attn.heads, -1
+            )
+            k, v = projected[:, :, 0].transpose(1, 2), projected[:, :, 1].transpose(1, 2)
+        else:
+            # q, k, v in one GEMM: [rows, n, 3, heads, head_dim] -> [3, rows, heads, n, head_dim] (views)
+            qkv = F.linear(normed, layout.qkv_weight(attn)).view(rows, n, 3, attn.heads, -1)
+            qkv = qkv.permute(2, 0, 3, 1, 4)
+            cache.scatter_(3, where, qkv[1:].to(cache.dtype))  # this step's keys and values at their frames
+            q = qkv[0]
+            k, v = cache[0].to(q.dtype), cache[1].to(q.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=io.bias)
         x = x + attn.to_out[0](out.transpose(1, 2).reshape(rows, n, -1))
         x = x + block.ff(block.norm3(x))
     return x.transpose(1, 2)
@@ -270,14 +307,14 @@ def _estimate(estimator, layout: Layout, arena: WorkArena, step: int, io: SolveI
     x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
     hiddens = []
     for resnet, blocks, down in estimator.down_blocks:
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        x = _attend(layout, kv, arena.inputs, io, blocks, _resnet(ctx, resnet, x, t))
         hiddens.append(x)
         x = _conv(*ctx, down, x)
     for resnet, blocks in estimator.mid_blocks:
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        x = _attend(layout, kv, arena.inputs, io, blocks, _resnet(ctx, resnet, x, t))
     for resnet, blocks, up in estimator.up_blocks:
         x = torch.cat([x, hiddens.pop()], dim=1)
-        x = _attend(layout, kv, io, blocks, _resnet(ctx, resnet, x, t))
+        x = _attend(layout, kv, arena.inputs, io, blocks, _resnet(ctx, resnet, x, t))
         x = _conv(*ctx, up, x)
     return estimator.final_proj(_block(ctx, estimator.final_block, x))
 

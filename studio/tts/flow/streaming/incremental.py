@@ -10,8 +10,9 @@ its values never change; `IncrementalFlow` keeps, per request, what later frames
 - encoder: per-layer attention keys/values of the committed tokens (both Conformer stacks) and the
   upsampling convolution's left context; the pre-lookahead convolutions are recomputed from token ids
   (cached_encoder.py);
-- estimator: for each Euler step, the keys/values of every transformer block (CFG rows batched) and the
-  last ``kernel - 1`` input frames of every causal convolution, in one `EstimatorState`; the Euler solve
+- estimator: for each Euler step, the keys/values of every transformer block (CFG rows batched; or their
+  attention inputs, `STUDIO_FLOW_STATE_INPUTS`) and the last ``kernel - 1`` input frames of every causal
+  convolution, in one `EstimatorState`; the Euler solve
   itself runs in the flow's `EstimatorSolver` (tts/flow/streaming/solver.py), batched with concurrent takes' chunks
   and replayed as CUDA graphs on a GPU.
 
@@ -97,6 +98,8 @@ class IncrementalFlow:
         self.recompute_encoder = recompute_encoder or not keep_estimator
         self.restored = None  # the prompt cache's snapshot this request started from, if any
         self.state_fp8 = envs.FLOW_STATE_FP8.enabled()  # its estimator states keep float8 pages
+        # its estimator states keep the blocks' attention inputs, as the flow's solver runs them
+        self.state_inputs = solver_for(flow.decoder).keeps_inputs
         self.cache = cache  # a PromptFlowCache (or None): consulted once, before the first frames
         # True: a prompt state restored from the cache stays in it (pinned) until `release_prompt`, so a take
         # need not count the prompt's frames it reads in place (`shared_prompt_frames`) against its budget
@@ -136,7 +139,7 @@ class IncrementalFlow:
         self.committed: list[int] = []  # token ids (prompt first) whose frames are cached
         self.encoder_store: dict = {}
         self.token_store: dict = {}
-        self.estimator_state = EstimatorState(fp8=self.state_fp8)
+        self.estimator_state = EstimatorState(fp8=self.state_fp8, inputs=self.state_inputs)
         self.valid = True
 
     def _rewind(self) -> None:

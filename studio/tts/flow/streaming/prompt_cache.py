@@ -89,7 +89,9 @@ def _freeze_estimator(state: EstimatorState, rows: int) -> EstimatorState:
     if state.mark_tails is None or max(state.length, state.written) < rows:
         raise RuntimeError("prompt cache: the estimator state was not kept at the prompt boundary")
     kv = state.prefix(rows) if rows else None
-    frozen = EstimatorState(length=rows, written=rows, tails=state.mark_tails, base=kv, base_length=rows)
+    frozen = EstimatorState(
+        length=rows, written=rows, tails=state.mark_tails, base=kv, base_length=rows, inputs=state.inputs
+    )
     state.mark_tails = None
     return frozen
 
@@ -125,6 +127,7 @@ def restore(flow: IncrementalFlow, snap: PromptSnapshot) -> None:
         base=cached.base,
         base_length=cached.length,
         fp8=flow.state_fp8,
+        inputs=cached.inputs,
     )
     flow.valid = True
     flow.restored = snap
@@ -139,7 +142,8 @@ def prompt_key(flow: IncrementalFlow, n_timesteps: int) -> tuple:
     ids = torch.tensor(flow.prompt_ids, dtype=torch.int64)
     prompt = contents_digest(ids, flow.prompt_feat, flow.embedding)
     # a request that recomputes its encoder keeps no encoder state: its snapshots hold the estimator's only
-    return (module_number(module), str(device), compute, n_timesteps, prompt, flow.recompute_encoder)
+    kept = (flow.recompute_encoder, flow.state_inputs)  # which states its snapshots hold
+    return (module_number(module), str(device), compute, n_timesteps, prompt, *kept)
 
 
 class PromptFlowCache(RecentlyUsedBytes[PromptSnapshot]):

@@ -46,7 +46,14 @@ from studio.tts.device.cuda_graphs import (
     replayable_context,
 )
 from studio.tts.device.vram_budget import arena_tries, default_arena_bytes, freed_after_out_of_memory
-from studio.tts.flow.streaming.arena_copies import copy_in, finish, reserve_pages, write_rows
+from studio.tts.flow.streaming.arena_copies import (
+    ArenaBuffer,
+    copy_in,
+    finish,
+    reserve_pages,
+    tails_dtype,
+    write_rows,
+)
 from studio.tts.flow.streaming.batched_solve import (
     EstimatorState,
     Layout,
@@ -111,14 +118,6 @@ class _Batch:
         return self.slots < self.steps
 
 
-@dataclass
-class _ArenaBuffer:
-    """The shared arena's memory, flat: each batch views it as a `WorkArena` of its own shape (`_view`)."""
-
-    kv: torch.Tensor  # 1-D, the keys/values' dtype
-    tails: torch.Tensor  # 1-D, the conv tails' dtype
-
-
 class EstimatorSolver:
     """Runs `SolveRequest`s of concurrent takes in batches (flat combining), with CUDA graphs on CUDA.
 
@@ -135,10 +134,14 @@ class EstimatorSolver:
         max_batch: int | None = None,
         budget_bytes: int | None = None,
         capture=capture_graph,
+        keeps_inputs: bool | None = None,
     ):
         self.cfm = cfm
         self.estimator = cfm.estimator
-        self.layout = Layout(self.estimator)
+        # with `keeps_inputs` the takes' states and the arena hold the blocks' attention inputs, not their
+        # keys/values (every state this solver runs: `IncrementalFlow` makes its states so)
+        inputs = envs.FLOW_STATE_INPUTS.enabled() if keeps_inputs is None else keeps_inputs
+        self.layout = Layout(self.estimator, inputs)
         self.graphs = graphs  # a capture that fails switches `_graphs` off (eager from then on), not this
         self.buckets = graphs  # pad batch, frames and context to buckets (graph reuse); else exact shapes
         self.max_batch = int(max_batch or _env_number(envs.FLOW_MAX_BATCH, DEFAULT_MAX_BATCH))
@@ -148,7 +151,7 @@ class EstimatorSolver:
         self._queue: list[SolveRequest] = []
         self._busy = False
         self._condition = threading.Condition()
-        self._arena: _ArenaBuffer | None = None
+        self._arena: ArenaBuffer | None = None
         self._graphs = ShapeGraphs(
             "flow solve", self._solve_static, SOLVE_GRAPHS_KEPT, eager_first=EAGER_FIRST, capture=capture
         )
@@ -283,12 +286,12 @@ class EstimatorSolver:
         frames, cap = first.frames, first.frame0 + first.frames  # an exact-size arena of a step, freed after
         return _Batch([first], 1, frames, cap, first.mu.dtype, first.steps, 1, oversize=True)
 
-    def _compatible(self, request: SolveRequest) -> _ArenaBuffer | None:
+    def _compatible(self, request: SolveRequest) -> ArenaBuffer | None:
         """The shared arena, if it holds this request's dtypes on its device."""
         arena = self._arena
         if arena is None or arena.kv.device != request.mu.device or arena.kv.dtype != request.mu.dtype:
             return None
-        return arena if arena.tails.dtype == _tails_dtype(request.mu) else None
+        return arena if arena.tails.dtype == tails_dtype(request.mu) else None
 
     # -- one batch ------------------------------------------------------------------------------------
     def _run(self, batch: _Batch) -> None:
@@ -375,30 +378,23 @@ class EstimatorSolver:
     def _elements(self, batch: _Batch) -> tuple[int, int]:
         """(key/value, tail) elements of the batch's arena view."""
         rows = 2 * batch.rows
-        kv = math.prod(self.layout.kv_shape(batch.slots, rows, batch.cap))
+        kv = math.prod(self.layout.state_shape(batch.slots, rows, batch.cap))
         return kv, math.prod(self.layout.tail_shape(batch.slots, rows))
 
-    def _view(self, arena: _ArenaBuffer, batch: _Batch) -> WorkArena:
-        return self._shaped(arena, batch.slots, 2 * batch.rows, batch.cap)
+    def _view(self, arena: ArenaBuffer, batch: _Batch) -> WorkArena:
+        return arena.view(self.layout, batch.slots, 2 * batch.rows, batch.cap)
 
-    def _shaped(self, arena: _ArenaBuffer, slots: int, rows: int, cap: int) -> WorkArena:
-        """The buffer's first elements as an arena of `slots` Euler steps, `rows` CFG rows and `cap` frames of
-        context (what a batch of that shape copies into, solves over and copies out of)."""
-        kv, tails = self.layout.kv_shape(slots, rows, cap), self.layout.tail_shape(slots, rows)
-        return WorkArena(arena.kv[: math.prod(kv)].view(kv), arena.tails[: math.prod(tails)].view(tails))
+    @property
+    def keeps_inputs(self) -> bool:
+        return self.layout.inputs
 
     @property
     def captures(self) -> int:
         """CUDA graphs captured (each costs about one eager pass plus the capture)."""
         return self._graphs.captures
 
-    def _allocate(self, batch: _Batch, kv: int, tails: int, device: torch.device) -> _ArenaBuffer:
-        """A zeroed buffer of `kv` key/value and `tails` tail elements in the batch's dtypes (zeros: what a
-        view holds beyond what was copied in is masked, and must be finite)."""
-        return _ArenaBuffer(
-            torch.zeros(kv, dtype=batch.dtype, device=device),
-            torch.zeros(tails, dtype=_tails_dtype(batch.requests[0].mu), device=device),
-        )
+    def _allocate(self, batch: _Batch, kv: int, tails: int, device: torch.device) -> ArenaBuffer:
+        return ArenaBuffer.zeros(kv, tails, batch.requests[0].mu, device)
 
     def _copy_out(self, batch: _Batch, arena: WorkArena, output: torch.Tensor) -> None:
         """Each request's new rows into its take's pages, then its length, tails and result."""
@@ -419,13 +415,8 @@ class EstimatorSolver:
     def _solve_static(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
         """`solve_batch` over the shared arena's view for these inputs' rows and context (what graphs run)."""
         io = SolveInputs(*inputs)
-        arena = self._shaped(self._arena, io.t.shape[0], 2 * io.x0.shape[0], io.bias.shape[-1])
+        arena = self._arena.view(self.layout, io.t.shape[0], 2 * io.x0.shape[0], io.bias.shape[-1])
         return (solve_batch(self.estimator, self.layout, self.cfm.inference_cfg_rate, arena, io),)
-
-
-def _tails_dtype(mu: torch.Tensor) -> torch.dtype:
-    """The conv tails' dtype: the compute dtype, float32 under autocast (a conv may see float32 there)."""
-    return torch.float32 if torch.is_autocast_enabled(mu.device.type) else mu.dtype
 
 
 _solvers_lock = threading.Lock()
