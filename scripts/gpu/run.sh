@@ -19,6 +19,8 @@
 #                that run to their bound, as random weights through the server)
 #   profile64    the 64-stream level with every thread's stack sampled (scripts/gpu/sampled_bench.py)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
+#   state-cost   a batched solve's time with keys/values against attention inputs, for 16-64 takes at 250-1500
+#                frames of context (benchmarks/probes/flow_state_cost.py; needs no install step, only .whl)
 #   inputs64     the 64-stream level with the takes' states kept as attention inputs (STUDIO_FLOW_STATE_INPUTS=1),
 #                then as keys/values, on the same machine; inputs24: the 24 GiB level with inputs, and in float8
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
@@ -120,6 +122,15 @@ twin64() {  # the in-process twin of `http` at 64 clients: takes admitted by tex
 grow24() {  # takes admitted by their text's expected length, growing towards its bound
   workload_bench sentences-c16-budget24-bytext 200 --workload sentences --concurrency 16 --takes 64 \
     --vram-budget 24 --admit-by-text
+}
+
+state_cost() {  # a solve's time per kind of state, batch and context (no vLLM needed: the studio's wheels only)
+  python3 -c "import soundfile" 2>/dev/null ||
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  timeout 280 python3 benchmarks/probes/flow_state_cost.py --json "$out/h200_flow-state-cost.json" \
+    >"$out/state-cost.log" 2>&1
+  echo "== state cost: rc $?"
+  grep -vE "^(INFO|WARNING|DEBUG)" "$out/state-cost.log" | tail -24 | cut -c1-200
 }
 
 inputs64() {  # the 64-stream level with the takes' states kept as attention inputs, then as keys/values (A/B)
@@ -354,6 +365,7 @@ for step in "$@"; do
     cv3-graphs) cv3_graphs ;;
     cv3-segments) cv3_segments ;;
     capture-tests) capture_tests ;;
+    state-cost) state_cost ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
     install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | twin64 | fp8 | inputs64 | inputs24 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)

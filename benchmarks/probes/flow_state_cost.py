@@ -1,0 +1,157 @@
+"""What a tick of the batched flow solve costs when takes keep attention inputs instead of keys/values
+(`STUDIO_FLOW_STATE_INPUTS`), on CosyVoice2's full-size flow with random weights (no folder, no vLLM).
+
+For each kind of state (keys/values, inputs) and each batch of B takes whose states already hold P frames, one
+solve of a new chunk of --chunk-frames frames per take (10 Euler steps with CFG, as the chunk scheduler runs it:
+buckets, CUDA graphs, the arena within --arena-gib) is timed: its first (eager) call, then the median of
+--replays replays once captured (the second call captures). The states are not advanced (the chunk commits nothing), so every call sees
+the same context. A configuration whose states would not fit in --states-gib is reported as not fitting: that is
+the point of the leaner state. Prints per configuration the solve time, the audio seconds it makes per second,
+the states' and the arena's bytes.
+
+Usage: python benchmarks/probes/flow_state_cost.py [--batches 16,32,64] [--contexts 250,750,1500]
+       [--chunk-frames 100] [--arena-gib 24] [--states-gib GIB] [--device cuda] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from studio.tts.fabricate.builder import full_size_section
+from studio.tts.flow.streaming.batched_solve import EstimatorState
+from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
+from studio.tts.memory import STATE_STEPS
+
+GIB = 2**30
+MEL_FRAMES_PER_SECOND = 50
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def states(solver: EstimatorSolver, batch: int, frames: int, device: str, dtype) -> list[EstimatorState]:
+    """`batch` states holding `frames` frames of random rows each (what the solve reads; values do not matter)."""
+    made = []
+    for _ in range(batch):
+        state = EstimatorState(inputs=solver.keeps_inputs)
+        shape = solver.layout.state_shape(STATE_STEPS, 2, frames)
+        state.write(torch.randn(shape, device=device, dtype=dtype), 0, frames)
+        state.length = state.written = frames
+        made.append(state)
+    return made
+
+
+def requests(held: list[EstimatorState], frames: int, chunk: int, device: str, dtype) -> list[SolveRequest]:
+    """One chunk per state at its end, committing nothing (the states stay as they are)."""
+    generator = torch.Generator().manual_seed(0)
+    made = []
+    for state in held:
+        mu = torch.randn(1, 80, chunk, generator=generator).to(device, dtype)
+        spks = torch.randn(1, 80, generator=generator).to(device, dtype)
+        made.append(SolveRequest(state, mu, spks, torch.zeros_like(mu), frames, frames, None, STATE_STEPS))
+    return made
+
+
+def timed(solver: EstimatorSolver, held, frames: int, chunk: int, device: str, dtype) -> float:
+    batch = requests(held, frames, chunk, device, dtype)
+    sync(device)
+    start = time.perf_counter()
+    solver.solve_many(batch)
+    sync(device)
+    failed = [r.error for r in batch if r.error is not None]
+    if failed:
+        raise failed[0]
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", default="16,32,64")
+    parser.add_argument("--contexts", default="250,750,1500", help="frames each take's state holds")
+    parser.add_argument("--chunk-frames", type=int, default=100)
+    parser.add_argument("--arena-gib", type=float, default=24.0)
+    parser.add_argument(
+        "--states-gib", type=float, help="default: what the device holds beside the arena, less 8"
+    )
+    parser.add_argument("--replays", type=int, default=3)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    device, dtype = args.device, torch.float16 if args.device == "cuda" else torch.float32
+    if args.states_gib is None:
+        total = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else 16.0
+        args.states_gib = total - args.arena_gib - 8
+    torch.manual_seed(0)
+    flow = full_size_section("flow").to(device=device, dtype=dtype).eval()
+    graphs = device == "cuda"
+    rows = []
+    print(
+        f"full CosyVoice2 flow, {device} {dtype}, chunk {args.chunk_frames} frames, arena {args.arena_gib} GiB"
+    )
+    print(" kind    takes  context  first s  solve s  audio-s/s  states GiB  arena GiB")
+    for kind in ("kv", "inputs"):
+        solver = EstimatorSolver(flow.decoder, graphs=graphs, keeps_inputs=kind == "inputs")
+        solver.budget_bytes = int(args.arena_gib * GIB)
+        for batch in [int(b) for b in args.batches.split(",")]:
+            for frames in [int(c) for c in args.contexts.split(",")]:
+                per_frame = solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+                need = batch * frames * per_frame
+                row = {"kind": kind, "takes": batch, "context_frames": frames, "states_bytes": need}
+                if need > args.states_gib * GIB:
+                    print(
+                        f" {kind:6s}  {batch:5d}  {frames:7d}  does not fit ({need / GIB:.0f} GiB of states)"
+                    )
+                    rows.append({**row, "fits": False})
+                    continue
+                with torch.inference_mode():
+                    held = states(solver, batch, frames, device, dtype)
+                    times = [timed(solver, held, frames, args.chunk_frames, device, dtype) for _ in range(2)]
+                    replays = [
+                        timed(solver, held, frames, args.chunk_frames, device, dtype)
+                        for _ in range(args.replays)
+                    ]
+                solve = statistics.median(replays)
+                audio = batch * args.chunk_frames / MEL_FRAMES_PER_SECOND / solve
+                arena = solver._arena.kv.nbytes if solver._arena is not None else 0
+                rows.append(
+                    {
+                        **row,
+                        "fits": True,
+                        "first_s": times[0],
+                        "solve_s": solve,
+                        "replays_s": replays,
+                        "audio_seconds_per_second": audio,
+                        "arena_bytes": arena,
+                        "stepwise_batches": solver.stepwise_batches,
+                    }
+                )
+                print(
+                    f" {kind:6s}  {batch:5d}  {frames:7d}  {times[0]:7.3f}  {solve:7.3f}  {audio:9.1f}"
+                    f"  {need / GIB:10.1f}  {arena / GIB:9.1f}"
+                    + ("  (a step at a time)" if solver.stepwise_batches else "")
+                )
+                del held
+                solver.stepwise_batches = 0
+        del solver
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    if args.json:
+        report = {"probe": "flow_state_cost", "args": vars(args), "torch": torch.__version__, "rows": rows}
+        if device == "cuda":
+            report["device"] = torch.cuda.get_device_name()
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
