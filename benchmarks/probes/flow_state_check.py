@@ -60,6 +60,24 @@ def stream(flow, inputs: dict, speech: list[int], kind: str) -> list[torch.Tenso
     return [take.mel(speech[:end], finalize=final)[0].float() for end, final in hop_ends(len(speech))]
 
 
+def state_costs(layout, dtype: torch.dtype) -> dict:
+    """What a take's flow state costs per mel frame and per take of `TAKE_SECONDS`, kept each way (printed)."""
+    per_frame = {
+        kind: stored_bytes_per_frame(layout, STATE_STEPS, 2, dtype, fp8, keeps_inputs)
+        for kind, (fp8, keeps_inputs) in KINDS.items()
+    }
+    seconds = " / ".join(str(s) for s in TAKE_SECONDS)
+    print(f"a take's flow state, the flow in {dtype}: per mel frame, and per take of {seconds} s")
+    costs = {}
+    for kind, size in per_frame.items():
+        take_bytes = {seconds: size * MEL_FRAMES_PER_SECOND * seconds for seconds in TAKE_SECONDS}
+        smaller = per_frame["exact"] / size
+        costs[kind] = {"bytes_per_frame": size, "take_bytes": take_bytes, "smaller": smaller}
+        takes = " / ".join(f"{take / 2**20:6.0f}" for take in take_bytes.values())
+        print(f"  {kind:10s} {size / 2**20:5.2f} MiB  {takes} MiB  ({smaller:.1f}x smaller)")
+    return costs
+
+
 def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return float((ours - theirs).norm() / theirs.norm().clamp_min(1e-30))
 
@@ -101,12 +119,6 @@ def main() -> None:
             flow16 = full_flow(args.device, torch.float16)  # the same seed: the same weights, rounded
             inputs16 = {**inputs, "prompt_feat": inputs["prompt_feat"].half()}
             streams["fp16 compute"] = stream(flow16, inputs16, speech, "exact")
-    layout = EstimatorSolver(flow.decoder, graphs=False).layout
-    state_dtype = torch.float16 if args.device == "cuda" else dtype
-    per_frame = {
-        kind: stored_bytes_per_frame(layout, STATE_STEPS, 2, state_dtype, fp8, keeps_inputs)
-        for kind, (fp8, keeps_inputs) in KINDS.items()
-    }
     chunks = []
     print(f"full CosyVoice2 flow, {args.device} {args.dtype}, prompt {prompt} tokens, take {args.tokens}")
     print(" chunk  frames" + "".join(f"  {kind + ' rel. / max':>26s}" for kind in streams))
@@ -118,25 +130,13 @@ def main() -> None:
             line += f"  {relative:12.2e} / {largest:9.2e}"
         chunks.append(chunk)
         print(line)
-    print(f"a take's flow state ({state_dtype} compute), per mel frame and per take of 5 / 10 / 20 / 30 s:")
-    costs = {}
-    for kind, size in per_frame.items():
-        take_bytes = {seconds: size * MEL_FRAMES_PER_SECOND * seconds for seconds in TAKE_SECONDS}
-        costs[kind] = {
-            "bytes_per_frame": size,
-            "take_bytes": take_bytes,
-            "smaller": per_frame["exact"] / size,
-        }
-        takes = " / ".join(f"{take / 2**20:6.0f}" for take in take_bytes.values())
-        print(
-            f"  {kind:10s} {size / 2**20:5.2f} MiB  {takes} MiB  ({per_frame['exact'] / size:.1f}x smaller)"
-        )
+    layout = EstimatorSolver(flow.decoder, graphs=False).layout
+    costs = {str(kept): state_costs(layout, kept) for kept in dict.fromkeys([torch.float16, dtype])}
     if args.json:
         report = {
             "probe": "flow_state_check",
             "args": vars(args),
             "torch": torch.__version__,
-            "state_dtype": str(state_dtype),
             "state_costs": costs,
             "chunks": chunks,
         }

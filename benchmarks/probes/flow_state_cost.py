@@ -9,8 +9,8 @@ the same context. A configuration whose states would not fit in --states-gib is 
 the point of the leaner state. Prints per configuration the solve time, the audio seconds it makes per second,
 the states' and the arena's bytes.
 
-Usage: python benchmarks/probes/flow_state_cost.py [--batches 16,32,64] [--contexts 250,750,1500]
-       [--chunk-frames 100] [--arena-gib 24] [--states-gib GIB] [--device cuda] [--json out.json]
+Usage: python benchmarks/probes/flow_state_cost.py [--batches 16,32,64] [--contexts 300,1000]
+       [--chunk-frames 100] [--arena-gib 16] [--states-gib GIB] [--device cuda] [--json out.json]
 """
 
 from __future__ import annotations
@@ -72,14 +72,24 @@ def timed(solver: EstimatorSolver, held, frames: int, chunk: int, device: str, d
     return time.perf_counter() - start
 
 
+def write(path: str | None, args, rows: list[dict], device: str) -> None:
+    """The report so far (written after every configuration: a run cut short keeps what it measured)."""
+    if not path:
+        return
+    report = {"probe": "flow_state_cost", "args": vars(args), "torch": torch.__version__, "rows": rows}
+    if device == "cuda":
+        report["device"] = torch.cuda.get_device_name()
+    Path(path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batches", default="16,32,64")
-    parser.add_argument("--contexts", default="250,750,1500", help="frames each take's state holds")
+    parser.add_argument("--contexts", default="300,1000", help="frames each take's state holds")
     parser.add_argument("--chunk-frames", type=int, default=100)
-    parser.add_argument("--arena-gib", type=float, default=24.0)
+    parser.add_argument("--arena-gib", type=float, default=16.0)
     parser.add_argument(
         "--states-gib", type=float, help="default: what the device holds beside the arena, less 8"
     )
@@ -89,68 +99,58 @@ def main() -> None:
     args = parser.parse_args()
     device, dtype = args.device, torch.float16 if args.device == "cuda" else torch.float32
     if args.states_gib is None:
-        total = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else 16.0
-        args.states_gib = total - args.arena_gib - 8
+        total = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else None
+        args.states_gib = 16.0 if total is None else total - args.arena_gib - 8
     torch.manual_seed(0)
     flow = full_size_section("flow").to(device=device, dtype=dtype).eval()
-    graphs = device == "cuda"
     rows = []
     print(
         f"full CosyVoice2 flow, {device} {dtype}, chunk {args.chunk_frames} frames, arena {args.arena_gib} GiB"
     )
     print(" kind    takes  context  first s  solve s  audio-s/s  states GiB  arena GiB")
-    for kind in ("kv", "inputs"):
-        solver = EstimatorSolver(flow.decoder, graphs=graphs, keeps_inputs=kind == "inputs")
-        solver.budget_bytes = int(args.arena_gib * GIB)
-        for batch in [int(b) for b in args.batches.split(",")]:
-            for frames in [int(c) for c in args.contexts.split(",")]:
-                per_frame = solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
-                need = batch * frames * per_frame
-                row = {"kind": kind, "takes": batch, "context_frames": frames, "states_bytes": need}
-                if need > args.states_gib * GIB:
-                    print(
-                        f" {kind:6s}  {batch:5d}  {frames:7d}  does not fit ({need / GIB:.0f} GiB of states)"
-                    )
-                    rows.append({**row, "fits": False})
-                    continue
-                with torch.inference_mode():
-                    held = states(solver, batch, frames, device, dtype)
-                    times = [timed(solver, held, frames, args.chunk_frames, device, dtype) for _ in range(2)]
-                    replays = [
-                        timed(solver, held, frames, args.chunk_frames, device, dtype)
-                        for _ in range(args.replays)
-                    ]
-                solve = statistics.median(replays)
-                audio = batch * args.chunk_frames / MEL_FRAMES_PER_SECOND / solve
-                arena = solver._arena.kv.nbytes if solver._arena is not None else 0
-                rows.append(
-                    {
-                        **row,
-                        "fits": True,
-                        "first_s": times[0],
-                        "solve_s": solve,
-                        "replays_s": replays,
-                        "audio_seconds_per_second": audio,
-                        "arena_bytes": arena,
-                        "stepwise_batches": solver.stepwise_batches,
-                    }
-                )
-                print(
-                    f" {kind:6s}  {batch:5d}  {frames:7d}  {times[0]:7.3f}  {solve:7.3f}  {audio:9.1f}"
-                    f"  {need / GIB:10.1f}  {arena / GIB:9.1f}"
-                    + ("  (a step at a time)" if solver.stepwise_batches else "")
-                )
-                del held
-                solver.stepwise_batches = 0
-        del solver
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    for batch in [int(b) for b in args.batches.split(",")]:
+        for frames in [int(c) for c in args.contexts.split(",")]:
+            for kind in ("kv", "inputs"):  # side by side: a run cut short keeps pairs
+                rows.append(measure(flow, kind, batch, frames, args, device, dtype))
+                write(args.json, args, rows, device)
+                if device == "cuda":
+                    torch.cuda.empty_cache()
     if args.json:
-        report = {"probe": "flow_state_cost", "args": vars(args), "torch": torch.__version__, "rows": rows}
-        if device == "cuda":
-            report["device"] = torch.cuda.get_device_name()
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
+
+
+def measure(flow, kind: str, batch: int, frames: int, args, device: str, dtype) -> dict:
+    """One configuration on a solver of its own (its arena and graphs go with it), printed as a row."""
+    solver = EstimatorSolver(flow.decoder, graphs=device == "cuda", keeps_inputs=kind == "inputs")
+    solver.budget_bytes = int(args.arena_gib * GIB)
+    need = batch * frames * solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+    row = {"kind": kind, "takes": batch, "context_frames": frames, "states_bytes": need}
+    if need > args.states_gib * GIB:
+        print(f" {kind:6s}  {batch:5d}  {frames:7d}  does not fit ({need / GIB:.0f} GiB of states)")
+        return {**row, "fits": False}
+    with torch.inference_mode():
+        held = states(solver, batch, frames, device, dtype)
+        chunk = args.chunk_frames
+        times = [timed(solver, held, frames, chunk, device, dtype) for _ in range(2)]  # eager, then captured
+        replays = [timed(solver, held, frames, chunk, device, dtype) for _ in range(args.replays)]
+    solve = statistics.median(replays)
+    audio = batch * chunk / MEL_FRAMES_PER_SECOND / solve
+    arena = solver._arena.kv.nbytes if solver._arena is not None else 0
+    stepwise = " (a step at a time)" if solver.stepwise_batches else ""
+    print(
+        f" {kind:6s}  {batch:5d}  {frames:7d}  {times[0]:7.3f}  {solve:7.3f}  {audio:9.1f}"
+        f"  {need / GIB:10.1f}  {arena / GIB:9.1f}{stepwise}"
+    )
+    return {
+        **row,
+        "fits": True,
+        "first_s": times[0],
+        "solve_s": solve,
+        "replays_s": replays,
+        "audio_seconds_per_second": audio,
+        "arena_bytes": arena,
+        "stepwise_batches": solver.stepwise_batches,
+    }
 
 
 if __name__ == "__main__":

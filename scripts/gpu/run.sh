@@ -19,7 +19,7 @@
 #                that run to their bound, as random weights through the server)
 #   profile64    the 64-stream level with every thread's stack sampled (scripts/gpu/sampled_bench.py)
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
-#   state-cost   a batched solve's time with keys/values against attention inputs, for 16-64 takes at 250-1500
+#   state-cost   a batched solve's time with keys/values against attention inputs, for 16-64 takes at 300 and 1000
 #                frames of context (benchmarks/probes/flow_state_cost.py; needs no install step, only .whl)
 #   inputs64     the 64-stream level with the takes' states kept as attention inputs (STUDIO_FLOW_STATE_INPUTS=1),
 #                then as keys/values, on the same machine; inputs24: the 24 GiB level with inputs, and in float8
