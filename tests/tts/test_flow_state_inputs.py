@@ -148,3 +148,22 @@ def test_a_state_of_the_other_kind_is_refused_with_a_clear_error(modules):
     )
     with pytest.raises(RuntimeError, match="keeps keys/values"):
         solver.solve(request)
+
+
+def test_a_take_through_the_scheduler_keeping_inputs_sounds_as_one_keeping_keys_and_values(
+    tiny_cosyvoice, prompt_wav16k, monkeypatch
+):
+    """The whole streamed take (frontend, LM, the chunk scheduler's batched encoder, solve and HiFT) on the tiny
+    model folder: its audio with the states kept as inputs equals its audio with keys/values kept."""
+    from tests.tts.test_scheduler import _take
+
+    monkeypatch.setenv("STUDIO_FLOW_SCHEDULER", "1")
+    flow = tiny_cosyvoice.model.flow
+    with installed(flow, EstimatorSolver(flow.decoder, graphs=False, keeps_inputs=False)):
+        kept = _take(tiny_cosyvoice, prompt_wav16k)
+    with installed(flow, inputs_solver(flow)) as solver:
+        lean = _take(tiny_cosyvoice, prompt_wav16k)
+    assert solver.requests >= len(lean) - 1 >= 2  # every chunk but a last one without new frames was solved
+    assert [c["tts_speech"].shape for c in lean] == [c["tts_speech"].shape for c in kept]
+    joined = torch.cat([c["tts_speech"] for c in lean], dim=1)
+    assert relative_error(joined, torch.cat([c["tts_speech"] for c in kept], dim=1)) < 1e-5
