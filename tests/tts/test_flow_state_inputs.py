@@ -15,7 +15,7 @@ from studio.tts.flow.streaming.incremental import IncrementalFlow
 from studio.tts.flow.streaming.prompt_cache import PromptFlowCache
 from studio.tts.flow.streaming.solver import EstimatorSolver, SolveRequest
 from tests.tts.test_flow_solver import drive_batched, drive_solo, installed
-from tests.tts.test_incremental_flow import modules, prompt, relative_error, speech_tokens
+from tests.tts.test_incremental_flow import modules, prompt, relative_error, small_flow, speech_tokens
 
 __all__ = ["modules"]  # the module-scoped fixture, shared
 
@@ -54,6 +54,24 @@ def test_takes_keeping_attention_inputs_stream_the_mel_of_takes_keeping_keys_and
         assert solver.captures >= 1 and solver._graphs.enabled
     assert solver.stepwise_batches == (solver.batches if mode == "stepwise" else 0)
     assert_equal_takes(batched, expected)
+
+
+def test_half_weights_keeping_inputs_batch_as_takes_keeping_keys_and_values():
+    """The fp16 flow (the GPU's): inputs kept in float16 and their keys/values projected in float16 give the mel
+    that keys/values kept in float16 give, batched and padded alike (bit-equal on this CPU)."""
+    flow = small_flow().half()
+    mels = {}
+    with torch.inference_mode():
+        for keeps_inputs in (False, True):
+            solver = EstimatorSolver(flow.decoder, graphs=False, keeps_inputs=keeps_inputs)
+            solver.buckets = True
+            with installed(flow, solver):
+                mels[keeps_inputs] = drive_batched(flow, solver)
+            assert solver._arena.kv.dtype == torch.float16 and solver.batches < solver.requests
+    for take_ours, take_theirs in zip(mels[True], mels[False], strict=True):
+        assert len(take_ours) == len(take_theirs) >= 2
+        for mel, want in zip(take_ours, take_theirs, strict=True):
+            assert mel.dtype == torch.float16 and relative_error(mel.float(), want.float()) < 1e-3
 
 
 def test_a_take_keeping_inputs_holds_a_quarter_of_the_bytes_of_one_keeping_keys_and_values(modules):

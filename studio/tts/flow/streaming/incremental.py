@@ -12,9 +12,8 @@ its values never change; `IncrementalFlow` keeps, per request, what later frames
   (cached_encoder.py);
 - estimator: for each Euler step, the keys/values of every transformer block (CFG rows batched; or their
   attention inputs, `STUDIO_FLOW_STATE_INPUTS`) and the last ``kernel - 1`` input frames of every causal
-  convolution, in one `EstimatorState`; the Euler solve
-  itself runs in the flow's `EstimatorSolver` (tts/flow/streaming/solver.py), batched with concurrent takes' chunks
-  and replayed as CUDA graphs on a GPU.
+  convolution, in one `EstimatorState`; the Euler solve itself runs in the flow's `EstimatorSolver`
+  (tts/flow/streaming/solver.py), batched with concurrent takes' chunks and replayed as CUDA graphs on a GPU.
 
 Results equal the full-prefix re-run (`CausalMaskedDiffWithXvec.inference`) up to float rounding. The cache
 is committed only up to the last complete chunk, so any hop schedule stays exact (an unaligned tail is

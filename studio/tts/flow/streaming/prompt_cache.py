@@ -8,7 +8,7 @@ lies at least `pre_lookahead_len` tokens inside the prompt qualify (`Incremental
 prompt's last partial chunk attends to target frames, and its last tokens look ahead into the target.
 
 `PromptFlowCache` keeps such snapshots in an LRU bounded by bytes (full model: about 2.3 MB per mel frame
-in float16, so 10 s of prompt costs about 1.1 GB). A request restores a snapshot by reference; its buffers
+in float16, so 10 s of prompt costs about 1.1 GB; a quarter of that when takes keep attention inputs). A request restores a snapshot by reference; its buffers
 are copied on the first write (`KVBuffer.shared`), so concurrent requests never write into cached tensors.
 Entries assume the flow's weights stay as they were when computed: call `clear()` after changing them.
 """
