@@ -121,8 +121,10 @@ def start_take(base: str) -> tuple[threading.Thread, threading.Event, dict]:
         ("loading", signal.SIGTERM, "tiny_model_dir"),
         # killed while vLLM's engine core still imports and waits for its handshake, before it loads the
         # studio's plugin: it watches its parent from its first import of the studio (`arm_if_spawning`), which
-        # a spawned child makes only for a main module that is not a package's __main__ (the installed command)
+        # a spawned child makes as it imports the parent's main module: the installed command's script, or
+        # studio/__main__.py by its path (`python -m studio`)
         ("loading", signal.SIGKILL, "installed"),
+        ("loading", signal.SIGKILL, "module"),
         # CosyVoice3: its flow scheduler's thread and the take's streams end with the server too
         ("take", signal.SIGTERM, "tiny_cosyvoice3_dir"),
         ("take", signal.SIGKILL, "tiny_cosyvoice3_dir"),
@@ -130,13 +132,13 @@ def start_take(base: str) -> tuple[threading.Thread, threading.Event, dict]:
 )
 def test_serve_leaves_no_process(request, tmp_path, when, sig, folder):
     pytest.importorskip("vllm")
-    installed = folder == "installed"
-    folder = "tiny_model_dir" if installed else folder
+    installed, soon = folder == "installed", folder in ("installed", "module")
+    folder = "tiny_model_dir" if soon else folder
     server, tag, base, log = start_server(request.getfixturevalue(folder), tmp_path, installed)
     try:
         if when == "loading":  # vLLM's engine core has started and is loading the model
             wait_for(lambda: spawned(tag) >= 1, 300, "vLLM's processes starting")
-            time.sleep(0.5 if installed else 2.0)
+            time.sleep(0.5 if soon else 2.0)
         else:
             wait_for(lambda: health(base) == "ready", 540, "the server ready")
         if when == "take":
