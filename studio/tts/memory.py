@@ -119,10 +119,9 @@ def _estimator_bytes(parts, frames: int) -> int:
     """An `EstimatorState` holding `frames` own frames: the pages covering them (float8 with their scales under
     ``STUDIO_FLOW_STATE_FP8``) and the causal convolutions' left context at the commit point and at the mark
     (float32 under autocast)."""
-    solver = solver_for(parts.flow.decoder)
-    layout = solver.layout
+    layout = solver_for(parts.flow.decoder).layout  # what its takes keep: keys/values or attention inputs
     per_frame = stored_bytes_per_frame(
-        layout, STATE_STEPS, 2, _state_dtype(parts), envs.FLOW_STATE_FP8.enabled(), solver.keeps_inputs
+        layout, STATE_STEPS, 2, _state_dtype(parts), envs.FLOW_STATE_FP8.enabled()
     )
     tails = 2 * math.prod((STATE_STEPS, 2, layout.conv_channels, layout.left)) * 4
     return per_frame * PAGE_FRAMES * math.ceil(frames / PAGE_FRAMES) + tails

@@ -108,9 +108,8 @@ def test_admission_counts_a_take_keeping_inputs_at_a_quarter(tiny_cosyvoice):
     for keeps_inputs in (False, True):
         with installed(parts.flow, EstimatorSolver(cfm, graphs=False, keeps_inputs=keeps_inputs)) as solver:
             held[keeps_inputs] = take_state_bytes(parts, 100, 500)
-    frames = PAGE_FRAMES * math.ceil(
-        (100 + 2 * 500) / PAGE_FRAMES
-    )  # the prompt's and 500 tokens' frames, paged
+    # the prompt's and 500 tokens' frames, paged
+    frames = PAGE_FRAMES * math.ceil((100 + 2 * 500) / PAGE_FRAMES)
     dtype = torch.float16 if parts.fp16 else torch.float32
     per_frame = [
         stored_bytes_per_frame(solver.layout, 10, 2, dtype, False, inputs) for inputs in (False, True)
@@ -144,9 +143,8 @@ def test_cached_prompt_takes_keeping_inputs_equal_uncached_ones(modules, monkeyp
     assert cache.stats()["hits"] == 1
     assert snapshot.estimator.inputs and snapshot.estimator.base.shape[2] == 1  # [steps, blocks, 1, ...]
     (whole, start), hit = exact, takes[1][1]
-    assert (
-        start == takes[0][1] == takes[2][1] == 0 < hit
-    )  # the hit computed none of the prompt's cached frames
+    # the hit computed none of the prompt's cached frames
+    assert start == takes[0][1] == takes[2][1] == 0 < hit
     for mel, first in takes:
         assert relative_error(mel, whole[:, :, first:]) < (0.05 if fp8 else 1e-5)
 

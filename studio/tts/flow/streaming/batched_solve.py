@@ -99,11 +99,11 @@ FP8_MAX = 448.0  # the largest finite float8 e4m3 value
 
 
 def stored_bytes_per_frame(
-    layout: Layout, steps: int, rows: int, dtype: torch.dtype, fp8: bool, inputs: bool = False
+    layout: Layout, steps: int, rows: int, dtype: torch.dtype, fp8: bool, inputs: bool | None = None
 ) -> int:
-    """Bytes of one frame of a take's kept keys/values (or, with `inputs`, its blocks' attention inputs): in
-    `dtype`, or in float8 with a float32 scale per vector (a key, a value or an input: one per head or
-    block, step and CFG row)."""
+    """Bytes of one frame of a take's kept keys/values (or, with `inputs`, by default the layout's, its blocks'
+    attention inputs): in `dtype`, or in float8 with a float32 scale per vector (a key, a value or an input: one
+    per head or block, step and CFG row)."""
     if not fp8:
         return layout.bytes_per_frame(steps, rows, dtype, inputs)
     shape = layout.state_shape(steps, rows, 1, inputs)
