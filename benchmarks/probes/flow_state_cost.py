@@ -9,8 +9,13 @@ the same context. A configuration whose states would not fit in --states-gib is 
 the point of the leaner state. Prints per configuration the solve time, the audio seconds it makes per second,
 the states' and the arena's bytes.
 
+With --profile B,C, one configuration (B takes, C frames of context) is also solved eagerly per kind under
+torch.profiler and under torch's FLOP counter: the CUDA kernels that took the most time, and the solve's FLOPs
+against its time (how far it is from what the card can do), go to the report.
+
 Usage: python benchmarks/probes/flow_state_cost.py [--batches 16,32,64] [--contexts 300,1000]
-       [--chunk-frames 100] [--arena-gib 16] [--states-gib GIB] [--device cuda] [--json out.json]
+       [--chunk-frames 100] [--arena-gib 16] [--states-gib GIB] [--device cuda] [--profile 32,1000]
+       [--json out.json]
 """
 
 from __future__ import annotations
@@ -72,11 +77,13 @@ def timed(solver: EstimatorSolver, held, frames: int, chunk: int, device: str, d
     return time.perf_counter() - start
 
 
-def write(path: str | None, args, rows: list[dict], device: str) -> None:
+def write(path: str | None, args, rows: list[dict], device: str, profiles: list[dict]) -> None:
     """The report so far (written after every configuration: a run cut short keeps what it measured)."""
     if not path:
         return
     report = {"probe": "flow_state_cost", "args": vars(args), "torch": torch.__version__, "rows": rows}
+    if profiles:
+        report["profiles"] = profiles
     if device == "cuda":
         report["device"] = torch.cuda.get_device_name()
     Path(path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -94,6 +101,7 @@ def main() -> None:
         "--states-gib", type=float, help="default: what the device holds beside the arena, less 8"
     )
     parser.add_argument("--replays", type=int, default=3)
+    parser.add_argument("--profile", help="B,C: profile one eager solve of B takes at C frames per kind")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -108,11 +116,17 @@ def main() -> None:
         f"full CosyVoice2 flow, {device} {dtype}, chunk {args.chunk_frames} frames, arena {args.arena_gib} GiB"
     )
     print(" kind    takes  context  first s  solve s  audio-s/s  states GiB  arena GiB")
+    profiles = []
+    if args.profile:
+        batch, frames = (int(v) for v in args.profile.split(","))
+        for kind in ("kv", "inputs"):
+            profiles.append(profiled(flow, kind, batch, frames, args, device, dtype))
+            write(args.json, args, rows, device, profiles)
     for batch in [int(b) for b in args.batches.split(",")]:
         for frames in [int(c) for c in args.contexts.split(",")]:
             for kind in ("kv", "inputs"):  # side by side: a run cut short keeps pairs
                 rows.append(measure(flow, kind, batch, frames, args, device, dtype))
-                write(args.json, args, rows, device)
+                write(args.json, args, rows, device, profiles)
                 if device == "cuda":
                     torch.cuda.empty_cache()
     if args.json:
@@ -150,6 +164,43 @@ def measure(flow, kind: str, batch: int, frames: int, args, device: str, dtype) 
         "audio_seconds_per_second": audio,
         "arena_bytes": arena,
         "stepwise_batches": solver.stepwise_batches,
+    }
+
+
+def profiled(flow, kind: str, batch: int, frames: int, args, device: str, dtype) -> dict:
+    """One eager solve (no graphs) under torch.profiler, then under the FLOP counter: its kernels and FLOPs."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils.flop_counter import FlopCounterMode
+
+    solver = EstimatorSolver(flow.decoder, graphs=False, keeps_inputs=kind == "inputs")
+    solver.budget_bytes = int(args.arena_gib * GIB)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.inference_mode():
+        held = states(solver, batch, frames, device, dtype)
+        seconds = timed(solver, held, frames, args.chunk_frames, device, dtype)  # warm: allocations, kernels
+        seconds = timed(solver, held, frames, args.chunk_frames, device, dtype)
+        with profile(activities=activities) as prof:
+            timed(solver, held, frames, args.chunk_frames, device, dtype)
+        with FlopCounterMode(display=False) as counter:
+            timed(solver, held, frames, args.chunk_frames, device, dtype)
+    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=18, max_name_column_width=60)
+    flops = counter.get_total_flops()
+    print(
+        f"== {kind}: {batch} takes at {frames} frames, eager solve {seconds:.3f} s, "
+        f"{flops / 1e12:.2f} TFLOP ({flops / seconds / 1e12:.1f} TFLOP/s)"
+    )
+    print(table)
+    del held
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "kind": kind,
+        "takes": batch,
+        "context_frames": frames,
+        "eager_s": seconds,
+        "flops": flops,
+        "kernels": table,
     }
 
 
