@@ -21,6 +21,8 @@
 #   fp8          the 24 GiB level with the takes' flow state in float8 (STUDIO_FLOW_STATE_FP8=1) and its error probe
 #   state-cost   a batched solve's time with keys/values against attention inputs, for 16-64 takes at 300 and 1000
 #                frames of context (benchmarks/probes/flow_state_cost.py; needs no install step, only .whl)
+#   compile-cost the same solve with its Euler step compiled by torch.compile (inductor) against as the studio runs
+#                it, 1 and 16 takes at 300 frames (compiles take minutes; no install step either)
 #   inputs64     the 64-stream level with the takes' states kept as attention inputs (STUDIO_FLOW_STATE_INPUTS=1),
 #                then as keys/values, on the same machine; inputs24: the 24 GiB level with inputs, and in float8
 #   share24      the 24 GiB level with a fifth of the rest for the flow's arena (STUDIO_FLOW_ARENA_SHARE=0.2:
@@ -131,6 +133,15 @@ state_cost() {  # a solve's time per kind of state, batch and context (no vLLM n
     >"$out/state-cost.log" 2>&1
   echo "== state cost: rc $?"
   grep -vE "^(INFO|WARNING|DEBUG)" "$out/state-cost.log" | tail -80 | cut -c1-200
+}
+
+compile_cost() {  # the solve with its step compiled by inductor, against as the studio runs it
+  python3 -c "import soundfile" 2>/dev/null ||
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  timeout 540 python3 benchmarks/probes/flow_state_cost.py --kinds kv,kv+compile --batches 1,16 --contexts 300 \
+    --json "$out/h200_flow-compile-cost.json" >"$out/compile-cost.log" 2>&1
+  echo "== compile cost: rc $?"
+  grep -vE "^(INFO|WARNING|DEBUG)" "$out/compile-cost.log" | tail -12 | cut -c1-200
 }
 
 inputs64() {  # the 64-stream level with the takes' states kept as attention inputs, then as keys/values (A/B)
@@ -366,6 +377,7 @@ for step in "$@"; do
     cv3-segments) cv3_segments ;;
     capture-tests) capture_tests ;;
     state-cost) state_cost ;;
+    compile-cost) compile_cost ;;
     quick-ab) quick_ab ;;
     quick-segments) quick_segments ;;
     install | gputests | checks | quick | workload | workload64 | workload24 | grow24 | growing24 | growing64 | profile64 | twin64 | fp8 | inputs64 | inputs24 | share24 | share64 | long | http | http24 | tokens100 | starts | trace | llm | cv3)
