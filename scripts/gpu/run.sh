@@ -129,7 +129,7 @@ grow24() {  # takes admitted by their text's expected length, growing towards it
 state_cost() {  # a solve's time per kind of state, batch and context (no vLLM needed: the studio's wheels only)
   python3 -c "import soundfile" 2>/dev/null ||
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  timeout 330 python3 benchmarks/probes/flow_state_cost.py --profile 32,1000 --json "$out/h200_flow-state-cost.json" \
+  timeout 330 python3 benchmarks/probes/flow_state_cost.py --profile 16,1000 --json "$out/h200_flow-state-cost.json" \
     >"$out/state-cost.log" 2>&1
   echo "== state cost: rc $?"
   grep -vE "^(INFO|WARNING|DEBUG)" "$out/state-cost.log" | tail -80 | cut -c1-200
