@@ -53,7 +53,7 @@
 # Steps can be chained: `bash scripts/gpu/run.sh install gputests workload`. A step that is not finished in time
 # leaves its log in OUT. Results are named as benchmarks/results/DATE/ keeps them: copy OUT's JSON there.
 set -uo pipefail
-steps="install gputests capture-tests checks quick quick-ab quick-segments workload workload64 workload24 grow24 fp8 share24 share64 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
+steps="install gputests capture-tests checks state-cost compile-cost quick quick-ab quick-segments workload workload64 workload24 grow24 fp8 share24 share64 long http http24 tokens100 tokens100-24 starts trace llm cv3 cv3-bench cv3-graphs cv3-probes"
 [ $# -gt 0 ] || { echo "usage: run.sh STEP... (one or more of: $steps)" >&2; exit 2; }
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
