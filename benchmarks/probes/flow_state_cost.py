@@ -28,6 +28,7 @@ Usage: python benchmarks/probes/flow_state_cost.py [--batches 16,32,64] [--conte
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -45,15 +46,17 @@ from studio.tts.memory import STATE_STEPS
 GIB = 2**30
 MEL_FRAMES_PER_SECOND = 50
 _PLAIN_ESTIMATE = batched_solve._estimate
-_COMPILED: dict[str, object] = {}
+
+
+@functools.cache
+def _compiled_estimate():
+    return torch.compile(_PLAIN_ESTIMATE, dynamic=True)
 
 
 @contextmanager
 def estimate_compiled(on: bool):
     """`solve_batch`'s Euler step compiled by inductor while the block runs (`on`), else as the studio runs it."""
-    if on and "estimate" not in _COMPILED:
-        _COMPILED["estimate"] = torch.compile(_PLAIN_ESTIMATE, dynamic=True)
-    batched_solve._estimate = _COMPILED["estimate"] if on else _PLAIN_ESTIMATE
+    batched_solve._estimate = _compiled_estimate() if on else _PLAIN_ESTIMATE
     try:
         yield
     finally:
@@ -75,6 +78,11 @@ def states(solver: EstimatorSolver, batch: int, frames: int, device: str, dtype)
         state.length = state.written = frames
         made.append(state)
     return made
+
+
+def states_bytes(solver: EstimatorSolver, batch: int, frames: int, dtype) -> int:
+    """What `batch` states of `frames` frames hold in the solver's kind."""
+    return batch * frames * solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
 
 
 def requests(held: list[EstimatorState], frames: int, chunk: int, device: str, dtype) -> list[SolveRequest]:
@@ -171,7 +179,7 @@ def measure(flow, kind: str, batch: int, frames: int, args, device: str, dtype, 
     plain, compiled = kind.removesuffix("+compile"), kind.endswith("+compile")
     solver = EstimatorSolver(flow.decoder, graphs=device == "cuda", keeps_inputs=plain == "inputs")
     solver.budget_bytes = int(args.arena_gib * GIB)
-    need = batch * frames * solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+    need = states_bytes(solver, batch, frames, dtype)
     row = {"kind": kind, "takes": batch, "context_frames": frames, "states_bytes": need}
     if need > args.states_gib * GIB:
         print(f" {kind:14s}  {batch:5d}  {frames:7d}  does not fit ({need / GIB:.0f} GiB of states)")
@@ -218,14 +226,14 @@ def profiled(flow, kind: str, batch: int, frames: int, args, device: str, dtype)
 
     solver = EstimatorSolver(flow.decoder, graphs=False, keeps_inputs=kind == "inputs")
     solver.budget_bytes = int(args.arena_gib * GIB)
-    need = batch * frames * solver.layout.bytes_per_frame(STATE_STEPS, 2, dtype)
+    need = states_bytes(solver, batch, frames, dtype)
     if need > args.states_gib * GIB:
         print(f"== {kind}: {batch} takes at {frames} frames do not fit ({need / GIB:.0f} GiB of states)")
         return {"kind": kind, "takes": batch, "context_frames": frames, "fits": False}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.inference_mode():
         held = states(solver, batch, frames, device, dtype)
-        seconds = timed(solver, held, frames, args.chunk_frames, device, dtype)  # warm: allocations, kernels
+        timed(solver, held, frames, args.chunk_frames, device, dtype)  # warm: allocations, kernels
         seconds = timed(solver, held, frames, args.chunk_frames, device, dtype)
         with profile(activities=activities) as prof:
             timed(solver, held, frames, args.chunk_frames, device, dtype)

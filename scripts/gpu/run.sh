@@ -126,9 +126,13 @@ grow24() {  # takes admitted by their text's expected length, growing towards it
     --vram-budget 24 --admit-by-text
 }
 
-state_cost() {  # a solve's time per kind of state, batch and context (no vLLM needed: the studio's wheels only)
+studio_wheels() {  # the studio's wheels alone, for the probes that need no vLLM (no install step)
   python3 -c "import soundfile" 2>/dev/null ||
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+}
+
+state_cost() {  # a solve's time per kind of state, batch and context (no vLLM needed: the studio's wheels only)
+  studio_wheels
   timeout 330 python3 benchmarks/probes/flow_state_cost.py --profile 16,1000 --json "$out/h200_flow-state-cost.json" \
     >"$out/state-cost.log" 2>&1
   echo "== state cost: rc $?"
@@ -136,8 +140,7 @@ state_cost() {  # a solve's time per kind of state, batch and context (no vLLM n
 }
 
 compile_cost() {  # the solve with its step compiled by inductor, against as the studio runs it
-  python3 -c "import soundfile" 2>/dev/null ||
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  studio_wheels
   timeout 540 python3 benchmarks/probes/flow_state_cost.py --kinds kv,kv+compile --batches 1,16 --contexts 300 \
     --json "$out/h200_flow-compile-cost.json" >"$out/compile-cost.log" 2>&1
   echo "== compile cost: rc $?"
